@@ -1,0 +1,268 @@
+//! Record types shared by the kernel programs (`forkprof-ebpf`) and the agent (`forkprof`).
+//!
+//! Every record is `#[repr(C)]` with explicit padding so that both sides agree on the layout
+//! byte for byte; the size asserts at the bottom catch a field added on one side only.
+//! One record is sent per lifecycle milestone of a process: it was spawned, it exec'd (once per
+//! attempt), its dynamic linker finished, it exited.
+#![no_std]
+
+/// Kind tag at the start of every record (`RecordHeader::kind`).
+pub mod kind {
+    pub const SPAWN: u32 = 1;
+    pub const EXEC: u32 = 2;
+    pub const LD: u32 = 3;
+    pub const EXIT: u32 = 4;
+}
+
+/// Syscall numbers (x86_64) that the programs care about.
+pub mod nr {
+    pub const MUNMAP: i64 = 11;
+    pub const ACCESS: i64 = 21;
+    pub const CLONE: i64 = 56;
+    pub const FORK: i64 = 57;
+    pub const VFORK: i64 = 58;
+    pub const EXECVE: i64 = 59;
+    pub const ARCH_PRCTL: i64 = 158;
+    pub const OPENAT: i64 = 257;
+    pub const EXECVEAT: i64 = 322;
+    pub const CLONE3: i64 = 435;
+}
+
+/// clone(2) flags used to classify a spawn.
+pub mod clone_flags {
+    pub const CLONE_VM: u64 = 0x0000_0100;
+    pub const CLONE_VFORK: u64 = 0x0000_4000;
+    pub const CLONE_THREAD: u64 = 0x0001_0000;
+}
+
+/// Indices into the `STATS` per-CPU array: events the kernel side could not deliver.
+pub mod stat {
+    /// The ring buffer was full when a record was to be sent.
+    pub const RINGBUF_FULL: u32 = 0;
+    /// A per-process or per-thread state map was full, so a process could not be followed.
+    pub const STATE_MAP_FULL: u32 = 1;
+    /// Exits whose parent notification was never seen (teardown unmeasured), sent at free.
+    pub const EXIT_WITHOUT_NOTIFY: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+/// Indices into the `ACTIVE` array: how many windows of each kind are open right now.
+/// Hot handlers read these first and return at once when the count is zero.
+pub mod active {
+    pub const FORKS: u32 = 0;
+    pub const EXECS: u32 = 1;
+    pub const LD: u32 = 2;
+    pub const EXITS: u32 = 3;
+    pub const COW: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
+/// Dynamic-linker window states, as seen through the linker's syscalls.
+pub mod ld_state {
+    /// No window open.
+    pub const NONE: u32 = 0;
+    /// exec done; waiting for `access("/etc/ld.so.preload")`.
+    pub const START: u32 = 1;
+    /// ld.so is mapping objects; waiting for `arch_prctl(ARCH_SET_FS)`.
+    pub const MAP: u32 = 2;
+    /// TLS set up; relocating; waiting for the `munmap` of ld.so.cache.
+    pub const RELOC: u32 = 3;
+}
+
+/// How an `LdRecord` ended (`LdRecord::outcome`).
+pub mod ld_outcome {
+    /// All three brackets seen: `ld_start`, `ld_map`, `ld_reloc_init` are valid.
+    pub const COMPLETE: u32 = 1;
+    /// `arch_prctl(ARCH_SET_FS)` came before any glibc ld.so syscall: no glibc dynamic linker.
+    pub const NO_GLIBC_LD: u32 = 2;
+    /// The window was given up (too many syscalls, or an unexpected order).
+    pub const INCOMPLETE: u32 = 3;
+}
+
+pub const COMM_LEN: usize = 16;
+pub const PATH_LEN: usize = 256;
+pub const ARG_SLOTS: usize = 8;
+pub const ARG_LEN: usize = 64;
+/// Syscalls after exec that may pass before ld.so's `access` before the window is given up.
+pub const LD_START_MAX_SYSCALLS: u32 = 32;
+/// Syscalls in the dynamic-linker window before it is given up.
+pub const LD_MAX_SYSCALLS: u32 = 4096;
+
+/// Identifies one process for the lifetime of a trace, even across pid reuse: its tgid in the
+/// initial pid namespace plus the time it was created (0 = it existed before tracing began).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProcKey {
+    pub start_ns: u64,
+    pub pid: u32,
+    pub _pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordHeader {
+    pub kind: u32,
+    pub _pad: u32,
+    /// CLOCK_MONOTONIC (bpf_ktime_get_ns) when the record was sent.
+    pub ts_ns: u64,
+    /// The process the record is about.
+    pub proc: ProcKey,
+}
+
+/// A fork/vfork/clone/clone3 syscall returned in the parent (process or thread created).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SpawnRecord {
+    pub hdr: RecordHeader,
+    /// The parent process.
+    pub parent: ProcKey,
+    /// The thread of the parent that made the syscall.
+    pub parent_tid: u32,
+    /// The new task's tid (== its pid for a process).
+    pub child_tid: u32,
+    pub clone_flags: u64,
+    /// Syscall number (`nr::CLONE` ...).
+    pub syscall: u32,
+    /// Negative errno if the syscall failed, else 0.
+    pub errno: i32,
+    /// Syscall entry.
+    pub start_ns: u64,
+    /// Parent's syscall latency, less `vfork_wait_ns`.
+    pub fork_ns: u64,
+    /// Time in dup_mmap, bracketed by the parent's mm write lock inside the syscall.
+    pub pagetable_copy_ns: u64,
+    /// CLONE_VFORK: child created -> parent's syscall returns.
+    pub vfork_wait_ns: u64,
+    pub parent_comm: [u8; COMM_LEN],
+}
+
+/// One execve/execveat attempt finished (successfully or not).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecRecord {
+    pub hdr: RecordHeader,
+    /// Calling thread.
+    pub tid: u32,
+    /// 0 on success, else the positive errno.
+    pub errno: i32,
+    pub start_ns: u64,
+    /// Syscall entry -> sched_prepare_exec (0 if never reached).
+    pub exec_prepare_ns: u64,
+    /// sched_prepare_exec -> sched_process_exec (0 if never reached).
+    pub exec_load_ns: u64,
+    /// Syscall entry -> syscall exit.
+    pub exec_ns: u64,
+    /// Inode-dirty events (atime updates) inside the syscall and their time.
+    pub atime_count: u32,
+    /// Number of argv entries (may exceed `ARG_SLOTS`).
+    pub argc: u32,
+    pub atime_ns: u64,
+    /// Copy-on-write faults since the fork, in this process and its parent (success only).
+    pub cow_faults: u64,
+    pub path: [u8; PATH_LEN],
+    pub args: [[u8; ARG_LEN]; ARG_SLOTS],
+}
+
+/// The dynamic-linker window after a successful exec closed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LdRecord {
+    pub hdr: RecordHeader,
+    pub outcome: u32,
+    /// openat calls inside the window (ld.so.cache + each object opened).
+    pub openat_count: u32,
+    pub ld_start_ns: u64,
+    pub ld_map_ns: u64,
+    pub ld_reloc_init_ns: u64,
+    pub atime_count: u32,
+    pub syscalls: u32,
+    pub atime_ns: u64,
+}
+
+/// A process (its last thread) exited.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExitRecord {
+    pub hdr: RecordHeader,
+    /// task->exit_code: wait-status encoding (signal in bits 0-6, status in bits 8-15).
+    pub exit_code: u32,
+    /// 1 when the parent notification was seen and `exit_teardown_ns` is valid.
+    pub notified: u32,
+    /// sched_process_exit -> parent notified (exit_mm, files, exit_notify).
+    pub exit_teardown_ns: u64,
+    /// Copy-on-write faults since the fork, if the process never exec'd.
+    pub cow_faults: u64,
+    pub exit_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Per-process kernel state (map `PROCS`, keyed by tgid). Presence means "traced".
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcState {
+    pub key: ProcKey,
+    pub ld_state: u32,
+    pub ld_syscalls: u32,
+    pub ld_t0: u64,
+    pub ld_t1: u64,
+    pub ld_t2: u64,
+    pub ld_openat: u32,
+    /// 1 while this process is a fork child that has not exec'd or exited.
+    pub in_cow_window: u32,
+    /// Own copy-on-write faults inside the window.
+    pub cow_faults: u64,
+    /// `cow_as_parent` of the parent at fork time.
+    pub cow_parent_base: u64,
+    /// Faults while this process had fork children inside their windows.
+    pub cow_as_parent: u64,
+    pub cow_children: u32,
+    pub parent_tgid: u32,
+    pub in_exec: u32,
+    pub atime_count: u32,
+    pub atime_start: u64,
+    pub atime_ns: u64,
+}
+
+/// A parent thread inside a fork-family syscall (map `FORKS`, keyed by tid).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ForkState {
+    pub start_ns: u64,
+    pub syscall: u32,
+    pub child_tid: u32,
+    pub clone_flags: u64,
+    pub created_ns: u64,
+    pub pt_mm: u64,
+    pub pt_start: u64,
+    pub pt_ns: u64,
+}
+
+/// Offsets into `struct task_struct`, read from the running kernel's BTF by the agent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub exit_code: u32,
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are repr(C), made of integers and integer arrays, with explicit
+    // padding fields, so every bit pattern is valid.
+    unsafe impl aya::Pod for ProcKey {}
+    unsafe impl aya::Pod for ProcState {}
+    unsafe impl aya::Pod for ForkState {}
+    unsafe impl aya::Pod for TaskOffsets {}
+}
+
+const _: () = assert!(core::mem::size_of::<ProcKey>() == 16);
+const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
+const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 4 + 16);
+const _: () = assert!(
+    core::mem::size_of::<ExecRecord>() == 32 + 8 + 8 * 4 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+);
+const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + COMM_LEN);

@@ -1,0 +1,2 @@
+#![no_std]
+// This file exists so that cargo can treat the crate as a library too (clippy, tests).

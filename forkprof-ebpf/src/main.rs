@@ -1,0 +1,100 @@
+//! forkprof's kernel programs. Each hook is a thin `#[raw_tracepoint]` entry that calls into the
+//! probe module for its subsystem. Hot hooks (every syscall, mmap lock, page fault) read the
+//! `ACTIVE` window counters first and return when nothing is in flight.
+#![no_std]
+#![no_main]
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
+
+mod maps;
+mod probes;
+
+use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+
+#[raw_tracepoint(tracepoint = "sys_enter")]
+pub fn forkprof_sys_enter(ctx: RawTracePointContext) -> i32 {
+    probes::syscalls::on_enter(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn forkprof_sys_exit(ctx: RawTracePointContext) -> i32 {
+    probes::syscalls::on_exit(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "task_newtask")]
+pub fn forkprof_task_newtask(ctx: RawTracePointContext) -> i32 {
+    probes::fork::on_newtask(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn forkprof_mmap_lock_acquired(ctx: RawTracePointContext) -> i32 {
+    probes::mm::on_lock_acquired(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn forkprof_mmap_lock_released(ctx: RawTracePointContext) -> i32 {
+    probes::mm::on_lock_released(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "page_fault_user")]
+pub fn forkprof_page_fault_user(ctx: RawTracePointContext) -> i32 {
+    probes::mm::on_page_fault(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_prepare_exec")]
+pub fn forkprof_sched_prepare_exec(_ctx: RawTracePointContext) -> i32 {
+    probes::exec::on_prepare_exec();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn forkprof_sched_process_exec(_ctx: RawTracePointContext) -> i32 {
+    probes::exec::on_process_exec();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "writeback_dirty_inode_start")]
+pub fn forkprof_dirty_inode_start(_ctx: RawTracePointContext) -> i32 {
+    probes::atime::on_dirty_start();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "writeback_dirty_inode")]
+pub fn forkprof_dirty_inode(_ctx: RawTracePointContext) -> i32 {
+    probes::atime::on_dirty_end();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
+    probes::exit::on_exit(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "signal_generate")]
+pub fn forkprof_signal_generate(ctx: RawTracePointContext) -> i32 {
+    probes::exit::on_signal(&ctx);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_free")]
+pub fn forkprof_sched_process_free(ctx: RawTracePointContext) -> i32 {
+    probes::exit::on_free(&ctx);
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

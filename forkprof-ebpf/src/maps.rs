@@ -1,0 +1,152 @@
+//! Maps and globals shared by all probes, and the small helpers that touch them.
+use core::intrinsics::{AtomicOrdering, atomic_xadd};
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
+};
+use forkprof_common::{
+    ExecRecord, ExitRecord, ForkState, ProcKey, ProcState, TaskOffsets, active, stat,
+};
+
+/// Records to the agent, one per lifecycle milestone.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
+
+/// Traced processes by tgid. The agent seeds the root of `forkprof run`; task_newtask adds
+/// children of traced processes; exit removes them.
+#[map]
+pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(65536, 0);
+
+/// Parent threads inside a fork-family syscall, by tid.
+#[map]
+pub static FORKS: HashMap<u32, ForkState> = HashMap::with_max_entries(16384, 0);
+
+/// Exec attempts in flight, by tgid; the value is the record sent at syscall exit.
+#[map]
+pub static EXECS: HashMap<u32, ExecRecord> = HashMap::with_max_entries(4096, 0);
+
+/// Processes between sched_process_exit and their parent's notification, by tgid.
+#[map]
+pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(16384, 0);
+
+/// Loss counters (`stat::*`).
+#[map]
+pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// Open windows of each kind (`active::*`), read first by hot handlers.
+#[map]
+pub static ACTIVE: Array<u64> = Array::with_max_entries(active::COUNT, 0);
+
+/// Scratch space to build an `ExecRecord` (too big for the 512-byte stack).
+#[map]
+pub static EXEC_SCRATCH: PerCpuArray<ExecRecord> = PerCpuArray::with_max_entries(1, 0);
+
+/// 1: trace every process on the system (record/top/monitor); 0: only `PROCS` (run).
+#[unsafe(no_mangle)]
+static TRACE_ALL: u32 = 0;
+
+/// task_struct offsets for the running kernel, from its BTF.
+#[unsafe(no_mangle)]
+static TASK_OFFSETS: TaskOffsets = TaskOffsets {
+    pid: 0,
+    tgid: 0,
+    exit_code: 0,
+    _pad: 0,
+};
+
+#[inline(always)]
+pub fn trace_all() -> bool {
+    // SAFETY: a read of a global that the loader may have rewritten; volatile so the compiler
+    // does not fold the initial value.
+    unsafe { core::ptr::read_volatile(&TRACE_ALL) != 0 }
+}
+
+#[inline(always)]
+pub fn offsets() -> TaskOffsets {
+    // SAFETY: as in `trace_all`.
+    unsafe { core::ptr::read_volatile(&TASK_OFFSETS) }
+}
+
+#[inline(always)]
+pub fn now() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// (tgid, tid) of the current task.
+#[inline(always)]
+pub fn current_ids() -> (u32, u32) {
+    let id = bpf_get_current_pid_tgid();
+    ((id >> 32) as u32, id as u32)
+}
+
+#[inline(always)]
+pub fn active(index: u32) -> u64 {
+    ACTIVE.get(index).copied().unwrap_or(0)
+}
+
+#[inline(always)]
+pub fn active_add(index: u32, delta: i64) {
+    if let Some(p) = ACTIVE.get_ptr_mut(index) {
+        // SAFETY: `p` points into an array map value, valid and 8-byte aligned. The result is
+        // unused, so this compiles to BPF's atomic add, which every kernel version supports.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, delta as u64) };
+    }
+}
+
+#[inline(always)]
+pub fn count_lost(index: u32) {
+    if let Some(p) = STATS.get_ptr_mut(index) {
+        // SAFETY: per-CPU value, only this CPU writes it.
+        unsafe { *p += 1 };
+    }
+}
+
+/// The state of a traced process; in trace-all mode a process first seen now is added with
+/// `start_ns == 0` ("existed before tracing").
+#[inline(always)]
+pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
+    if let Some(p) = PROCS.get_ptr_mut(tgid) {
+        return Some(p);
+    }
+    if !create || !trace_all() {
+        return None;
+    }
+    let fresh = ProcState {
+        key: ProcKey {
+            start_ns: 0,
+            pid: tgid,
+            _pad: 0,
+        },
+        ..Default::default()
+    };
+    if PROCS.insert(tgid, fresh, 0).is_err() {
+        count_lost(stat::STATE_MAP_FULL);
+        return None;
+    }
+    PROCS.get_ptr_mut(tgid)
+}
+
+/// Reads a u32 field of a kernel struct at a byte offset.
+#[inline(always)]
+pub fn read_kernel_u32(base: *const u8, offset: u32) -> u32 {
+    // SAFETY: bpf_probe_read_kernel validates the address; errors read as 0.
+    unsafe { bpf_probe_read_kernel(base.add(offset as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// Reads a u64 at a byte offset of a kernel struct (pt_regs fields).
+#[inline(always)]
+pub fn read_kernel_u64(base: *const u8, offset: usize) -> u64 {
+    // SAFETY: as above.
+    unsafe { bpf_probe_read_kernel(base.add(offset) as *const u64) }.unwrap_or(0)
+}
+
+/// x86_64 `struct pt_regs` offsets (stable ABI).
+pub mod regs {
+    pub const DX: usize = 96;
+    pub const SI: usize = 104;
+    pub const DI: usize = 112;
+    pub const ORIG_AX: usize = 120;
+}

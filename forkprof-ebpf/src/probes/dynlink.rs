@@ -1,0 +1,93 @@
+//! The dynamic linker after exec, bracketed by glibc ld.so's own syscalls (no uprobes):
+//! exec done -> access("/etc/ld.so.preload") [ld_start] -> arch_prctl(ARCH_SET_FS) once all
+//! objects are mapped [ld_map] -> munmap of ld.so.cache, ld.so's last syscall [ld_reloc_init].
+use aya_ebpf::programs::RawTracePointContext;
+use forkprof_common::{
+    LD_MAX_SYSCALLS, LD_START_MAX_SYSCALLS, LdRecord, ProcState, RecordHeader, active, kind,
+    ld_outcome, ld_state, nr, stat,
+};
+
+use crate::maps::{self, EVENTS, PROCS, regs};
+
+const ARCH_SET_FS: u64 = 0x1002;
+
+pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
+    let (tgid, _) = maps::current_ids();
+    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+        return;
+    };
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *ps };
+    if ps.ld_state == ld_state::NONE {
+        return;
+    }
+    ps.ld_syscalls += 1;
+    let set_fs = || {
+        let regs_ptr: *const u8 = ctx.arg(0);
+        maps::read_kernel_u64(regs_ptr, regs::DI) == ARCH_SET_FS
+    };
+    match ps.ld_state {
+        ld_state::START => {
+            if id == nr::ACCESS {
+                ps.ld_t1 = maps::now();
+                ps.ld_state = ld_state::MAP;
+            } else if (id == nr::ARCH_PRCTL && set_fs())
+                || ps.ld_syscalls > LD_START_MAX_SYSCALLS
+            {
+                close(ps, ld_outcome::NO_GLIBC_LD);
+                return;
+            }
+        }
+        ld_state::MAP => {
+            if id == nr::OPENAT {
+                ps.ld_openat += 1;
+            } else if id == nr::ARCH_PRCTL && set_fs() {
+                ps.ld_t2 = maps::now();
+                ps.ld_state = ld_state::RELOC;
+            }
+        }
+        _ => {
+            if id == nr::MUNMAP {
+                close(ps, ld_outcome::COMPLETE);
+                return;
+            }
+        }
+    }
+    if ps.ld_syscalls > LD_MAX_SYSCALLS {
+        close(ps, ld_outcome::INCOMPLETE);
+    }
+}
+
+/// Closes the window and sends its record. Also called at exit for a window still open.
+pub fn close(ps: &mut ProcState, outcome: u32) {
+    if ps.ld_state == ld_state::NONE {
+        return;
+    }
+    let end = maps::now();
+    let mut rec = LdRecord {
+        hdr: RecordHeader {
+            kind: kind::LD,
+            _pad: 0,
+            ts_ns: end,
+            proc: ps.key,
+        },
+        outcome,
+        openat_count: ps.ld_openat,
+        syscalls: ps.ld_syscalls,
+        atime_count: ps.atime_count,
+        atime_ns: ps.atime_ns,
+        ..Default::default()
+    };
+    if outcome == ld_outcome::COMPLETE {
+        rec.ld_start_ns = ps.ld_t1 - ps.ld_t0;
+        rec.ld_map_ns = ps.ld_t2 - ps.ld_t1;
+        rec.ld_reloc_init_ns = end - ps.ld_t2;
+    }
+    ps.ld_state = ld_state::NONE;
+    ps.atime_count = 0;
+    ps.atime_ns = 0;
+    maps::active_add(active::LD, -1);
+    if EVENTS.output::<LdRecord>(&rec, 0).is_err() {
+        maps::count_lost(stat::RINGBUF_FULL);
+    }
+}

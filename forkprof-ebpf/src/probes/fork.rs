@@ -1,0 +1,140 @@
+//! Process and thread creation: the parent's fork-family syscall, timed from sys_enter to
+//! sys_exit, with the child's identity from task_newtask (which fires late in copy_process,
+//! before the child can run).
+use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
+use forkprof_common::{
+    ForkState, ProcKey, ProcState, RecordHeader, SpawnRecord, active, clone_flags, kind, stat,
+};
+
+use crate::maps::{self, EVENTS, FORKS, PROCS};
+
+pub fn on_enter(id: i64) {
+    let (tgid, tid) = maps::current_ids();
+    if maps::proc_state(tgid, true).is_none() {
+        return;
+    }
+    let st = ForkState {
+        start_ns: maps::now(),
+        syscall: id as u32,
+        ..Default::default()
+    };
+    if FORKS.insert(tid, st, 0).is_err() {
+        maps::count_lost(stat::STATE_MAP_FULL);
+        return;
+    }
+    maps::active_add(active::FORKS, 1);
+}
+
+pub fn on_newtask(ctx: &RawTracePointContext) {
+    if maps::active(active::FORKS) == 0 {
+        return;
+    }
+    let (tgid, tid) = maps::current_ids();
+    let Some(fs) = FORKS.get_ptr_mut(tid) else {
+        return;
+    };
+    let task: *const u8 = ctx.arg(0);
+    let flags: u64 = ctx.arg(1);
+    let off = maps::offsets();
+    let child_tid = maps::read_kernel_u32(task, off.pid);
+    let child_tgid = maps::read_kernel_u32(task, off.tgid);
+    let created = maps::now();
+    // SAFETY: `fs` points at this thread's map value; only this thread writes it.
+    let fs = unsafe { &mut *fs };
+    fs.child_tid = child_tid;
+    fs.clone_flags = flags;
+    fs.created_ns = created;
+    if flags & clone_flags::CLONE_THREAD != 0 {
+        return;
+    }
+    let shares_vm = flags & clone_flags::CLONE_VM != 0;
+    let mut cow_parent_base = 0;
+    if let Some(parent) = PROCS.get_ptr_mut(tgid) {
+        // SAFETY: map value of a traced process.
+        let parent = unsafe { &mut *parent };
+        cow_parent_base = parent.cow_as_parent;
+        if !shares_vm {
+            parent.cow_children += 1;
+        }
+    }
+    let child = ProcState {
+        key: ProcKey {
+            start_ns: created,
+            pid: child_tgid,
+            _pad: 0,
+        },
+        parent_tgid: tgid,
+        in_cow_window: u32::from(!shares_vm),
+        cow_parent_base,
+        ..Default::default()
+    };
+    if PROCS.insert(child_tgid, child, 0).is_err() {
+        maps::count_lost(stat::STATE_MAP_FULL);
+        return;
+    }
+    if !shares_vm {
+        maps::active_add(active::COW, 1);
+    }
+}
+
+pub fn on_exit(ret: i64) {
+    let (tgid, tid) = maps::current_ids();
+    let Some(fs) = FORKS.get_ptr(tid) else {
+        return;
+    };
+    // SAFETY: this thread's map value.
+    let fs = unsafe { *fs };
+    let _ = FORKS.remove(tid);
+    maps::active_add(active::FORKS, -1);
+
+    let end = maps::now();
+    let total = end - fs.start_ns;
+    let vfork_wait_ns = if fs.clone_flags & clone_flags::CLONE_VFORK != 0 && fs.created_ns != 0 {
+        end - fs.created_ns
+    } else {
+        0
+    };
+    let parent = match PROCS.get_ptr(tgid) {
+        // SAFETY: map value of a traced process.
+        Some(p) => unsafe { (*p).key },
+        None => ProcKey {
+            start_ns: 0,
+            pid: tgid,
+            _pad: 0,
+        },
+    };
+    let is_thread = fs.clone_flags & clone_flags::CLONE_THREAD != 0;
+    let proc = if is_thread || fs.created_ns == 0 {
+        parent
+    } else {
+        ProcKey {
+            start_ns: fs.created_ns,
+            pid: fs.child_tid,
+            _pad: 0,
+        }
+    };
+    let Some(mut entry) = EVENTS.reserve::<SpawnRecord>(0) else {
+        maps::count_lost(stat::RINGBUF_FULL);
+        return;
+    };
+    entry.write(SpawnRecord {
+        hdr: RecordHeader {
+            kind: kind::SPAWN,
+            _pad: 0,
+            ts_ns: end,
+            proc,
+        },
+        parent,
+        parent_tid: tid,
+        child_tid: fs.child_tid,
+        clone_flags: fs.clone_flags,
+        syscall: fs.syscall,
+        errno: if ret < 0 { ret as i32 } else { 0 },
+        start_ns: fs.start_ns,
+        fork_ns: total - vfork_wait_ns,
+        pagetable_copy_ns: fs.pt_ns,
+        vfork_wait_ns,
+        parent_comm: bpf_get_current_comm().unwrap_or([0; 16]),
+    });
+    entry.submit(0);
+}

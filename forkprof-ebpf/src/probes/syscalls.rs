@@ -1,0 +1,35 @@
+//! raw sys_enter / sys_exit: dispatch by syscall number. Every syscall on the system passes
+//! here, so the common path is one compare chain plus (when no window is open) one array read.
+use aya_ebpf::programs::RawTracePointContext;
+use forkprof_common::{active, nr};
+
+use super::{dynlink, exec, fork};
+use crate::maps::{self, regs};
+
+#[inline(always)]
+pub fn on_enter(ctx: &RawTracePointContext) {
+    let id: i64 = ctx.arg(1);
+    match id {
+        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
+        nr::EXECVE | nr::EXECVEAT => exec::on_enter(ctx, id),
+        _ => {}
+    }
+    if maps::active(active::LD) != 0 {
+        dynlink::on_syscall(ctx, id);
+    }
+}
+
+#[inline(always)]
+pub fn on_exit(ctx: &RawTracePointContext) {
+    if maps::active(active::FORKS) == 0 && maps::active(active::EXECS) == 0 {
+        return;
+    }
+    let regs_ptr: *const u8 = ctx.arg(0);
+    let id = maps::read_kernel_u64(regs_ptr, regs::ORIG_AX) as i64;
+    let ret: i64 = ctx.arg(1);
+    match id {
+        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_exit(ret),
+        nr::EXECVE | nr::EXECVEAT => exec::on_exit(ret),
+        _ => {}
+    }
+}

@@ -1,0 +1,259 @@
+//! `forkprof run -- CMD`: load, start CMD as the invoking user with its pid seeded into the
+//! kernel's traced set, collect until CMD exits, report, and exit with CMD's status.
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use aya::maps::MapData;
+use forkprof_common::{ProcKey, ProcState};
+use std::os::fd::AsRawFd as _;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::{ReportArgs, RunArgs};
+use crate::collector::Collector;
+use crate::elf::LoaderCache;
+use crate::loader::{self, LoadOptions};
+use crate::model::{
+    Report, Trace,
+    report::{Context, escape},
+    trace::ExitStatus,
+};
+use crate::output;
+use crate::privilege::{InvokingUser, create_private_file};
+
+/// Exit codes of `run` besides the command's own.
+pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+
+/// Where `program` resolves, searching PATH like a shell when it has no '/'.
+fn resolve(program: &OsStr) -> Result<PathBuf, i32> {
+    let executable = |p: &Path| -> Option<bool> {
+        let meta = std::fs::metadata(p).ok()?;
+        use std::os::unix::fs::PermissionsExt as _;
+        Some(meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if program.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        return match executable(&p) {
+            Some(true) => Ok(p),
+            Some(false) => Err(EXIT_NOT_EXECUTABLE),
+            None => Err(EXIT_NOT_FOUND),
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    let mut found_not_executable = false;
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(program);
+        match executable(&candidate) {
+            Some(true) => return Ok(candidate),
+            Some(false) => found_not_executable = true,
+            None => {}
+        }
+    }
+    Err(if found_not_executable {
+        EXIT_NOT_EXECUTABLE
+    } else {
+        EXIT_NOT_FOUND
+    })
+}
+
+/// Adds the calling process to the kernel's traced set with a raw bpf(2) call. Runs in the
+/// forked child before exec (still root), so the child's exec is traced from its first
+/// instruction and no pid race with the parent exists.
+fn seed_traced(map_fd: i32) -> std::io::Result<()> {
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let value = ProcState {
+        key: ProcKey {
+            start_ns: 0,
+            pid,
+            _pad: 0,
+        },
+        ..Default::default()
+    };
+    // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, key, value, flags (BPF_ANY).
+    let attr: [u64; 4] = [
+        map_fd as u64,
+        &pid as *const u32 as u64,
+        &value as *const ProcState as u64,
+        0,
+    ];
+    // SAFETY: attr and the key/value it points to live until the call returns.
+    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, attr.as_ptr(), 32) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn command_line(args: &[OsString]) -> Vec<String> {
+    args.iter().map(|a| escape(a.as_bytes())).collect()
+}
+
+pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
+    loader::check_privileges()?;
+    let program = &args.command[0];
+    if let Err(code) = resolve(program) {
+        let why = if code == EXIT_NOT_FOUND {
+            "command not found"
+        } else {
+            "Permission denied"
+        };
+        eprintln!("forkprof: {}: {why}", escape(program.as_bytes()));
+        return Ok(code);
+    }
+    let user = InvokingUser::from_env()?;
+    let mut loaded = loader::load(&LoadOptions { trace_all: false })?;
+    let sources = loaded.sources();
+    let procs_fd = {
+        let map = loaded.ebpf.map("PROCS").context("map PROCS missing")?;
+        let aya::maps::Map::HashMap(data) = map else {
+            anyhow::bail!("map PROCS has an unexpected type");
+        };
+        let data: &MapData = data;
+        data.fd().as_fd_raw()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _in_runtime = runtime.enter();
+    let mut collector = Collector::new(&mut loaded.ebpf)?;
+
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&args.command[1..]);
+    if let Some(u) = &user {
+        if let Some(home) = &u.home {
+            cmd.env("HOME", home);
+        }
+        if let Some(name) = &u.name {
+            cmd.env("USER", name).env("LOGNAME", name);
+        }
+    }
+    let child_user = user.clone();
+    // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            seed_traced(procs_fd)?;
+            if let Some(u) = &child_user {
+                u.become_user()?;
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+                _ => EXIT_NOT_EXECUTABLE,
+            };
+            eprintln!("forkprof: {}: {e}", escape(program.as_bytes()));
+            return Ok(code);
+        }
+    };
+    let pid = child.id();
+    let mut trace = Trace::default();
+    trace.set_root(pid);
+
+    let status = runtime.block_on(async {
+        let mut waiter = tokio::task::spawn_blocking(move || wait_for(pid));
+        for kind in [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ] {
+            let mut stream = signal(kind)?;
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe { libc::kill(pid as i32, kind.as_raw_value()) };
+                }
+            });
+        }
+        loop {
+            tokio::select! {
+                status = &mut waiter => break status.context("waiting for the command"),
+                r = collector.collect(&mut trace) => r?,
+            }
+        }
+    })??;
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    collector.drain(&mut trace);
+    collector.read_losses(&mut trace)?;
+
+    let loaders = LoaderCache::default();
+    let is_static = |p: &[u8]| loaders.is_static(p);
+    let report = Report::build(
+        &trace,
+        &Context {
+            command: command_line(&args.command),
+            exit: Some(status),
+            wall_ns,
+            sources,
+            is_static: &is_static,
+        },
+    );
+    write_report(&report, &args.output, user.as_ref())?;
+    Ok(status.shell_code())
+}
+
+pub fn write_report(report: &Report, args: &ReportArgs, owner: Option<&InvokingUser>) -> Result<()> {
+    let mut out: Box<dyn Write> = match &args.report {
+        Some(path) => Box::new(create_private_file(path, owner)?),
+        None => Box::new(std::io::stderr().lock()),
+    };
+    if args.json {
+        output::json::write(report, &mut out)?;
+    } else {
+        output::table::write(report, args.top, &mut out)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn wait_for(pid: u32) -> Result<ExitStatus> {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out-pointer.
+        let rc = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
+        if rc == pid as i32 {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err).context("waitpid");
+        }
+    }
+    Ok(ExitStatus::from_wait_code(status as u32))
+}
+
+trait RawFdOf {
+    fn as_fd_raw(&self) -> i32;
+}
+
+impl RawFdOf for aya::maps::MapFd {
+    fn as_fd_raw(&self) -> i32 {
+        use std::os::fd::AsFd as _;
+        self.as_fd().as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_like_a_shell() {
+        assert!(resolve(OsStr::new("sh")).is_ok());
+        assert_eq!(resolve(OsStr::new("no-such-forkprof-cmd")), Err(EXIT_NOT_FOUND));
+        assert_eq!(resolve(OsStr::new("/nonexistent/x")), Err(EXIT_NOT_FOUND));
+        assert_eq!(resolve(OsStr::new("/etc/passwd")), Err(EXIT_NOT_EXECUTABLE));
+    }
+}

@@ -1,0 +1,60 @@
+//! Ring buffer -> decoded records -> the trace, plus the kernel's loss counters.
+use anyhow::{Context as _, Result};
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use forkprof_common::stat;
+use tokio::io::{Interest, unix::AsyncFd};
+
+use crate::model::Trace;
+use crate::records::decode;
+
+pub struct Collector {
+    ring: AsyncFd<RingBuf<MapData>>,
+    stats: PerCpuArray<MapData, u64>,
+}
+
+impl Collector {
+    pub fn new(ebpf: &mut aya::Ebpf) -> Result<Self> {
+        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
+        let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("map STATS missing")?)?;
+        Ok(Self {
+            // SAFETY: the ring buffer owns its fd, which stays open and unchanged for as long
+            // as the AsyncFd that owns the ring buffer.
+            ring: unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+                .map_err(|e| e.into_parts().1)
+                .context("polling the ring buffer")?,
+            stats,
+        })
+    }
+
+    /// Waits until the kernel has submitted records, then folds them all into `trace`.
+    pub async fn collect(&mut self, trace: &mut Trace) -> Result<()> {
+        let mut guard = self.ring.readable_mut().await?;
+        drain(guard.get_inner_mut(), trace);
+        guard.clear_ready();
+        Ok(())
+    }
+
+    /// Reads whatever is in the ring buffer now, without waiting.
+    pub fn drain(&mut self, trace: &mut Trace) {
+        drain(self.ring.get_mut(), trace);
+    }
+
+    /// Copies the kernel's loss counters into `trace` (they are cumulative).
+    pub fn read_losses(&self, trace: &mut Trace) -> Result<()> {
+        let sum = |index: u32| -> Result<u64> {
+            Ok(self.stats.get(&index, 0)?.iter().sum())
+        };
+        trace.lost.ringbuf_full = sum(stat::RINGBUF_FULL)?;
+        trace.lost.state_map_full = sum(stat::STATE_MAP_FULL)?;
+        Ok(())
+    }
+}
+
+fn drain(ring: &mut RingBuf<MapData>, trace: &mut Trace) {
+    while let Some(item) = ring.next() {
+        match decode(&item) {
+            Ok(record) => trace.ingest(record),
+            Err(_) => trace.lost.undecodable += 1,
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! forkprof: parse, dispatch, print errors. Everything else lives in the modules.
+use clap::Parser as _;
+
+mod btf;
+mod cli;
+mod cmd;
+mod collector;
+mod elf;
+mod loader;
+mod model;
+mod output;
+mod privilege;
+mod records;
+
+fn main() {
+    let cli = cli::Cli::parse();
+    let verbose = cli.verbose;
+    let result = match cli.command {
+        cli::Command::Run(args) => cmd::run::run(args, verbose),
+        cli::Command::Doctor => cmd::doctor::run(),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            if verbose {
+                eprintln!("forkprof: error: {e:?}");
+            } else {
+                eprintln!("forkprof: error: {e:#}");
+            }
+            std::process::exit(1);
+        }
+    }
+}

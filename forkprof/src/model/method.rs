@@ -1,0 +1,78 @@
+//! How a process (or thread) was created, from the syscall and its clone flags.
+use forkprof_common::{clone_flags, nr};
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// clone without CLONE_VM, or fork(2).
+    Fork,
+    /// The vfork(2) syscall.
+    Vfork,
+    /// clone/clone3 with CLONE_VM|CLONE_VFORK (glibc's posix_spawn).
+    PosixSpawn,
+    /// clone3 without CLONE_VM (a fork done through clone3).
+    Clone3,
+    /// clone with CLONE_VM but neither CLONE_VFORK nor CLONE_THREAD.
+    Clone,
+    /// CLONE_THREAD: a thread, never counted as a process.
+    Thread,
+    /// Not seen: the root of a `run`, or a process that existed before tracing began.
+    Unknown,
+}
+
+impl Method {
+    pub fn classify(syscall: u32, flags: u64) -> Self {
+        use clone_flags::*;
+        if flags & CLONE_THREAD != 0 {
+            return Self::Thread;
+        }
+        let vm_vfork = CLONE_VM | CLONE_VFORK;
+        match i64::from(syscall) {
+            nr::VFORK => Self::Vfork,
+            nr::FORK => Self::Fork,
+            nr::CLONE | nr::CLONE3 if flags & vm_vfork == vm_vfork => Self::PosixSpawn,
+            nr::CLONE if flags & CLONE_VM == 0 => Self::Fork,
+            nr::CLONE3 if flags & CLONE_VM == 0 => Self::Clone3,
+            _ => Self::Clone,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Fork => "fork",
+            Self::Vfork => "vfork",
+            Self::PosixSpawn => "posix_spawn",
+            Self::Clone3 => "clone3",
+            Self::Clone => "clone",
+            Self::Thread => "thread",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the child gets a copy of the parent's address space (page tables, COW).
+    pub fn copies_address_space(self) -> bool {
+        matches!(self, Self::Fork | Self::Clone3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use forkprof_common::clone_flags::*;
+
+    const SIGCHLD: u64 = 17;
+
+    #[test]
+    fn classifies_glibc_calls() {
+        // glibc 2.36: fork() is clone(SIGCHLD|CLONE_CHILD_*), posix_spawn is clone3(VM|VFORK).
+        assert_eq!(Method::classify(56, SIGCHLD | 0x0120_0000), Method::Fork);
+        assert_eq!(Method::classify(57, SIGCHLD), Method::Fork);
+        assert_eq!(Method::classify(58, CLONE_VM | CLONE_VFORK | SIGCHLD), Method::Vfork);
+        assert_eq!(Method::classify(435, CLONE_VM | CLONE_VFORK), Method::PosixSpawn);
+        assert_eq!(Method::classify(56, CLONE_VM | CLONE_VFORK | SIGCHLD), Method::PosixSpawn);
+        assert_eq!(Method::classify(435, SIGCHLD), Method::Clone3);
+        assert_eq!(Method::classify(435, CLONE_VM | CLONE_THREAD | 0x3d0f00), Method::Thread);
+        assert_eq!(Method::classify(56, CLONE_VM | SIGCHLD), Method::Clone);
+    }
+}

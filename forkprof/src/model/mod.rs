@@ -1,0 +1,12 @@
+//! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
+//! unit-tested from synthetic records.
+pub mod method;
+pub mod phases;
+pub mod report;
+pub mod stats;
+pub mod trace;
+
+pub use method::Method;
+pub use phases::{PHASES, Phases};
+pub use report::Report;
+pub use trace::{Process, Trace};

@@ -1,0 +1,300 @@
+//! The report: everything `run` (and later `report`) prints, as one serializable value. The
+//! table and JSON outputs both render this, so they always agree.
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::phases::{Phase, atime_updates};
+use super::stats::Summary;
+use super::trace::{ExitStatus, LostCounts};
+use super::{Method, PHASES, Phases, Process, Trace};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub forkprof_version: &'static str,
+    pub command: Vec<String>,
+    /// The command's exit (`run` only).
+    pub exit: Option<ExitStatus>,
+    pub wall_ns: u64,
+    pub summary: SummaryCounts,
+    pub methods: BTreeMap<&'static str, u64>,
+    /// Which kernel hook measured each phase.
+    pub sources: BTreeMap<&'static str, String>,
+    pub phases: BTreeMap<&'static str, Summary>,
+    pub binaries: Vec<GroupRow>,
+    pub parents: Vec<GroupRow>,
+    pub processes: Vec<ProcessRow>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct SummaryCounts {
+    pub processes: u64,
+    pub threads: u64,
+    pub execs: u64,
+    pub failed_execs: u64,
+    pub failed_spawns: u64,
+    pub still_running: u64,
+    pub spawn_rate_mean_per_s: f64,
+    pub spawn_rate_peak_per_s: u64,
+    pub atime_updates: u64,
+    /// Always present, even when 0.
+    pub lost_events: u64,
+    pub lost: LostCounts,
+    /// Exits whose parent notification was not seen (`exit_teardown` not measured).
+    pub exits_without_notify: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GroupRow {
+    pub binary: String,
+    pub processes: u64,
+    pub execs: u64,
+    pub failed_execs: u64,
+    pub methods: BTreeMap<&'static str, u64>,
+    pub phases: BTreeMap<&'static str, Summary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExecRow {
+    pub path: String,
+    pub args: Vec<String>,
+    pub argc: u32,
+    /// 0 on success, else the errno.
+    pub errno: i32,
+    pub exec_ns: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ProcessRow {
+    pub pid: u32,
+    pub start_ns: u64,
+    pub parent_pid: Option<u32>,
+    pub method: Method,
+    pub binary: String,
+    pub parent_binary: String,
+    pub execs: Vec<ExecRow>,
+    pub exit: Option<ExitStatus>,
+    pub phases: BTreeMap<&'static str, u64>,
+}
+
+/// What the model needs to know beyond the records.
+pub struct Context<'a> {
+    pub command: Vec<String>,
+    pub exit: Option<ExitStatus>,
+    pub wall_ns: u64,
+    pub sources: BTreeMap<&'static str, String>,
+    /// True when the binary at this path is statically linked (no ELF interpreter).
+    pub is_static: &'a dyn Fn(&[u8]) -> bool,
+}
+
+/// Shows bytes from the kernel (paths, argv) as text: valid UTF-8 stays as it is; invalid
+/// bytes become `\xNN`, control characters are escaped (`\n`, `\t`, `\u{7f}` ...), and `\` is
+/// doubled, so a line of output never breaks and nothing is lost.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => out.extend(c.escape_default()),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+#[derive(Default)]
+struct Group {
+    processes: u64,
+    execs: u64,
+    failed_execs: u64,
+    methods: BTreeMap<&'static str, u64>,
+    values: BTreeMap<Phase, Vec<u64>>,
+}
+
+impl Group {
+    fn add_process(&mut self, p: &Process, ph: &Phases) {
+        self.processes += 1;
+        *self.methods.entry(p.method.name()).or_default() += 1;
+        for phase in PHASES {
+            if let Some(v) = ph.get(phase) {
+                self.values.entry(phase).or_default().push(v);
+            }
+        }
+    }
+
+    fn row(mut self, binary: &[u8]) -> GroupRow {
+        GroupRow {
+            binary: escape(binary),
+            processes: self.processes,
+            execs: self.execs,
+            failed_execs: self.failed_execs,
+            methods: self.methods,
+            phases: self
+                .values
+                .iter_mut()
+                .map(|(phase, v)| (phase.name(), Summary::of(v)))
+                .collect(),
+        }
+    }
+}
+
+fn spawn_cost_total(row: &GroupRow) -> u64 {
+    row.phases.get("spawn_cost").map_or(0, |s| s.total)
+}
+
+fn sorted(groups: HashMap<Vec<u8>, Group>) -> Vec<GroupRow> {
+    let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
+    rows.sort_by(|a, b| {
+        spawn_cost_total(b)
+            .cmp(&spawn_cost_total(a))
+            .then(b.processes.cmp(&a.processes))
+            .then(a.binary.cmp(&b.binary))
+    });
+    rows
+}
+
+impl Report {
+    pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
+        let binaries = trace.binaries();
+        let mut summary = SummaryCounts {
+            threads: trace.threads,
+            failed_spawns: trace.failed_spawns,
+            lost_events: trace.lost.total(),
+            lost: trace.lost.clone(),
+            exits_without_notify: trace.exits_without_notify,
+            ..Default::default()
+        };
+        let mut methods: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut all: BTreeMap<Phase, Vec<u64>> = BTreeMap::new();
+        let mut by_binary: HashMap<Vec<u8>, Group> = HashMap::new();
+        let mut by_parent: HashMap<Vec<u8>, Group> = HashMap::new();
+        let mut processes = Vec::new();
+        let mut spawn_times = Vec::new();
+
+        for p in trace.by_start() {
+            let bins = &binaries[&p.key];
+            let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
+            let ph = Phases::of(p, is_static);
+            summary.processes += 1;
+            if p.exit.is_none() {
+                summary.still_running += 1;
+            }
+            summary.atime_updates += atime_updates(p);
+            if let Some(s) = &p.spawn {
+                spawn_times.push(s.start_ns);
+                *methods.entry(p.method.name()).or_default() += 1;
+            }
+            for phase in PHASES {
+                if let Some(v) = ph.get(phase) {
+                    all.entry(phase).or_default().push(v);
+                }
+            }
+            let bin = by_binary.entry(bins.last.clone()).or_default();
+            bin.add_process(p, &ph);
+            let parent = by_parent.entry(bins.at_spawn.clone()).or_default();
+            parent.add_process(p, &ph);
+            for e in &p.execs {
+                if e.errno == 0 {
+                    summary.execs += 1;
+                    by_binary.entry(e.path.clone()).or_default().execs += 1;
+                    by_parent.entry(bins.at_spawn.clone()).or_default().execs += 1;
+                } else {
+                    summary.failed_execs += 1;
+                    by_binary.entry(e.path.clone()).or_default().failed_execs += 1;
+                    by_parent.entry(bins.at_spawn.clone()).or_default().failed_execs += 1;
+                }
+            }
+            processes.push(ProcessRow {
+                pid: p.key.pid,
+                start_ns: p.start_ns(),
+                parent_pid: p.parent.map(|k| k.pid),
+                method: p.method,
+                binary: escape(&bins.last),
+                parent_binary: escape(&bins.at_spawn),
+                execs: p
+                    .execs
+                    .iter()
+                    .map(|e| ExecRow {
+                        path: escape(&e.path),
+                        args: e.args.iter().map(|a| escape(a)).collect(),
+                        argc: e.argc,
+                        errno: e.errno,
+                        exec_ns: e.exec_ns,
+                    })
+                    .collect(),
+                exit: p.exit_status(),
+                phases: PHASES
+                    .iter()
+                    .filter_map(|&phase| ph.get(phase).map(|v| (phase.name(), v)))
+                    .collect(),
+            });
+        }
+        let wall_s = ctx.wall_ns as f64 / 1e9;
+        if wall_s > 0.0 {
+            summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
+        }
+        summary.spawn_rate_peak_per_s = peak_per_second(&spawn_times);
+        Self {
+            schema_version: SCHEMA_VERSION,
+            forkprof_version: env!("CARGO_PKG_VERSION"),
+            command: ctx.command.clone(),
+            exit: ctx.exit,
+            wall_ns: ctx.wall_ns,
+            summary,
+            methods,
+            sources: ctx.sources.clone(),
+            phases: all
+                .iter_mut()
+                .map(|(phase, v)| (phase.name(), Summary::of(v)))
+                .collect(),
+            binaries: sorted(by_binary),
+            parents: sorted(by_parent),
+            processes,
+        }
+    }
+}
+
+/// The most spawns in any one-second window that starts at a spawn.
+pub fn peak_per_second(times_ns: &[u64]) -> u64 {
+    let mut t: Vec<u64> = times_ns.to_vec();
+    t.sort_unstable();
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..t.len() {
+        while t[hi] - t[lo] >= 1_000_000_000 {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_what_would_break_a_line() {
+        assert_eq!(escape(b"/bin/ls"), "/bin/ls");
+        assert_eq!(escape(b"a\nb"), "a\\nb");
+        assert_eq!(escape(b"caf\xc3\xa9"), "café");
+        assert_eq!(escape(b"x\xffy"), "x\\xffy");
+        assert_eq!(escape(b"back\\slash"), "back\\\\slash");
+    }
+
+    #[test]
+    fn peak_counts_a_sliding_second() {
+        let s = 1_000_000_000;
+        assert_eq!(peak_per_second(&[]), 0);
+        assert_eq!(peak_per_second(&[0, 1, 2, s + 3]), 3);
+        assert_eq!(peak_per_second(&[0, s, 2 * s]), 1);
+    }
+}

@@ -1,0 +1,148 @@
+//! The human report: a summary, then phase, binary and parent tables (comfy-table).
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use anyhow::Result;
+use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+
+use super::duration;
+use crate::model::{
+    Report,
+    phases::{PHASES, Phase},
+    report::GroupRow,
+    stats::Summary,
+    trace::ExitStatus,
+};
+
+fn new_table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(160)
+        .set_header(header.iter().map(|h| Cell::new(h)));
+    for i in 1..header.len() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+fn methods(m: &BTreeMap<&'static str, u64>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn value(phase: Phase, v: u64) -> String {
+    if phase.is_count() {
+        v.to_string()
+    } else {
+        duration(v)
+    }
+}
+
+fn phase_total(phases: &BTreeMap<&'static str, Summary>, name: &str) -> (String, String) {
+    match phases.get(name) {
+        Some(s) if s.count > 0 => (duration(s.total), duration(s.mean)),
+        _ => ("-".into(), "-".into()),
+    }
+}
+
+fn group_table(title: &str, first: &str, rows: &[GroupRow], top: usize, out: &mut dyn Write) -> Result<()> {
+    writeln!(out, "\n{title}")?;
+    let mut t = new_table(&[
+        first,
+        "processes",
+        "execs",
+        "failed execs",
+        "spawn cost total",
+        "mean",
+        "methods",
+    ]);
+    for r in rows.iter().take(top) {
+        let (total, mean) = phase_total(&r.phases, "spawn_cost");
+        t.add_row(vec![
+            Cell::new(&r.binary),
+            Cell::new(r.processes),
+            Cell::new(r.execs),
+            Cell::new(r.failed_execs),
+            Cell::new(total),
+            Cell::new(mean),
+            Cell::new(methods(&r.methods)),
+        ]);
+    }
+    writeln!(out, "{t}")?;
+    if rows.len() > top {
+        writeln!(out, "({} more; --top N shows more)", rows.len() - top)?;
+    }
+    Ok(())
+}
+
+pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
+    let s = &report.summary;
+    let how = match report.exit {
+        Some(ExitStatus::Code(c)) => format!("exited {c}"),
+        Some(ExitStatus::Signal(sig)) => format!("was killed by signal {sig}"),
+        None => "ran".to_string(),
+    };
+    writeln!(
+        out,
+        "\nforkprof: `{}` {how} after {}",
+        report.command.join(" "),
+        duration(report.wall_ns)
+    )?;
+    writeln!(
+        out,
+        "  processes {}   threads {}   execs {}   failed execs {}   failed spawns {}   still running {}",
+        s.processes, s.threads, s.execs, s.failed_execs, s.failed_spawns, s.still_running
+    )?;
+    writeln!(
+        out,
+        "  spawn rate: mean {:.1}/s, peak {}/s   atime updates {}   lost events {}",
+        s.spawn_rate_mean_per_s, s.spawn_rate_peak_per_s, s.atime_updates, s.lost_events
+    )?;
+    if s.lost_events > 0 {
+        writeln!(
+            out,
+            "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}): totals are incomplete",
+            s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable
+        )?;
+    }
+    writeln!(out, "  methods: {}", methods(&report.methods))?;
+
+    writeln!(out, "\nPhases (per process)")?;
+    let mut t = new_table(&["phase", "count", "total", "mean", "p50", "p99", "source"]);
+    for phase in PHASES {
+        let source = report
+            .sources
+            .get(phase.name())
+            .cloned()
+            .unwrap_or_else(|| "sum of the phases above".into());
+        match report.phases.get(phase.name()) {
+            Some(p) => t.add_row(vec![
+                Cell::new(phase.name()),
+                Cell::new(p.count),
+                Cell::new(value(phase, p.total)),
+                Cell::new(value(phase, p.mean)),
+                Cell::new(value(phase, p.p50)),
+                Cell::new(value(phase, p.p99)),
+                Cell::new(source),
+            ]),
+            None => t.add_row(vec![
+                Cell::new(phase.name()),
+                Cell::new(0),
+                Cell::new("-"),
+                Cell::new("-"),
+                Cell::new("-"),
+                Cell::new("-"),
+                Cell::new(source),
+            ]),
+        };
+    }
+    writeln!(out, "{t}")?;
+    group_table("Binaries (by total spawn cost)", "binary", &report.binaries, top, out)?;
+    group_table("Parents (by total spawn cost of their children)", "parent binary", &report.parents, top, out)?;
+    Ok(())
+}

@@ -262,7 +262,8 @@ const _: () = assert!(core::mem::size_of::<ProcKey>() == 16);
 const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
 const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 4 + 16);
 const _: () = assert!(
-    core::mem::size_of::<ExecRecord>() == 32 + 8 + 8 * 4 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+    core::mem::size_of::<ExecRecord>()
+        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + COMM_LEN);

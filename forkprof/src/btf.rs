@@ -179,7 +179,13 @@ mod tests {
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         out.extend_from_slice(&[1, 0]);
-        for w in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for w in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             out.extend_from_slice(&w.to_le_bytes());
         }
         out.extend_from_slice(&types);

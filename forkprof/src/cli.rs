@@ -44,6 +44,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub output: ReportArgs,
     /// The command to trace, and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<std::ffi::OsString>,
 }

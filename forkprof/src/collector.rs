@@ -41,9 +41,7 @@ impl Collector {
 
     /// Copies the kernel's loss counters into `trace` (they are cumulative).
     pub fn read_losses(&self, trace: &mut Trace) -> Result<()> {
-        let sum = |index: u32| -> Result<u64> {
-            Ok(self.stats.get(&index, 0)?.iter().sum())
-        };
+        let sum = |index: u32| -> Result<u64> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
         trace.lost.ringbuf_full = sum(stat::RINGBUF_FULL)?;
         trace.lost.state_map_full = sum(stat::STATE_MAP_FULL)?;
         Ok(())

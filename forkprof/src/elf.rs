@@ -30,12 +30,14 @@ pub fn loader_of_bytes(data: &[u8]) -> Loader {
         return Loader::Unknown;
     }
     let interp = match &file {
-        object::File::Elf64(elf) => elf.elf_program_headers().iter().find_map(|ph| {
-            ph.interpreter(elf.endian(), elf.data()).ok().flatten()
-        }),
-        object::File::Elf32(elf) => elf.elf_program_headers().iter().find_map(|ph| {
-            ph.interpreter(elf.endian(), elf.data()).ok().flatten()
-        }),
+        object::File::Elf64(elf) => elf
+            .elf_program_headers()
+            .iter()
+            .find_map(|ph| ph.interpreter(elf.endian(), elf.data()).ok().flatten()),
+        object::File::Elf32(elf) => elf
+            .elf_program_headers()
+            .iter()
+            .find_map(|ph| ph.interpreter(elf.endian(), elf.data()).ok().flatten()),
         _ => return Loader::Unknown,
     };
     match interp {
@@ -70,12 +72,18 @@ mod tests {
     fn non_elf_is_unknown() {
         assert_eq!(loader_of_bytes(b"#!/bin/sh\n"), Loader::Unknown);
         assert_eq!(loader_of_bytes(b""), Loader::Unknown);
-        assert_eq!(loader_of(Path::new("/nonexistent/forkprof")), Loader::Unknown);
+        assert_eq!(
+            loader_of(Path::new("/nonexistent/forkprof")),
+            Loader::Unknown
+        );
     }
 
     #[test]
     fn system_binary_has_an_interpreter() {
         // /bin/sh is dynamically linked on every distribution forkprof supports.
-        assert!(matches!(loader_of(Path::new("/bin/sh")), Loader::Dynamic(_)));
+        assert!(matches!(
+            loader_of(Path::new("/bin/sh")),
+            Loader::Dynamic(_)
+        ));
     }
 }

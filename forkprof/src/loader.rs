@@ -21,7 +21,14 @@ pub const HOOKS: &[Hook] = &[
         program: "forkprof_sys_enter",
         tracepoint: "sys_enter",
         required: true,
-        feeds: &["fork", "exec", "exec_failed", "ld_start", "ld_map", "ld_reloc_init"],
+        feeds: &[
+            "fork",
+            "exec",
+            "exec_failed",
+            "ld_start",
+            "ld_map",
+            "ld_reloc_init",
+        ],
     },
     Hook {
         program: "forkprof_sys_exit",

@@ -78,7 +78,11 @@ fn passwd_entry(uid: u32) -> (Option<String>, Option<String>, Option<u32>) {
     }
     // SAFETY: on success the fields point into `buf` as NUL-terminated strings.
     let text = |p: *const libc::c_char| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
-    (Some(text(pw.pw_name)), Some(text(pw.pw_dir)), Some(pw.pw_gid))
+    (
+        Some(text(pw.pw_name)),
+        Some(text(pw.pw_dir)),
+        Some(pw.pw_gid),
+    )
 }
 
 fn group_list(name: &str, gid: u32) -> Vec<libc::gid_t> {

@@ -1,1 +1,115 @@
+//! Helpers for forkprof's end-to-end tests. These tests load the real eBPF programs into the
+//! running kernel and trace real processes, so they need root; they fail (not skip) without it,
+//! because `cargo xtask test` runs them as root in CI.
+use std::path::PathBuf;
+use std::process::{Command, Output};
 
+use serde_json::Value;
+
+/// target/<profile>/, found from the test binary's own path (target/<profile>/deps/...).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .expect("test binary in target/<profile>/deps")
+        .to_path_buf()
+}
+
+pub fn forkprof() -> PathBuf {
+    let p = target_dir().join("forkprof");
+    assert!(
+        p.exists(),
+        "{} missing: build the workspace first",
+        p.display()
+    );
+    p
+}
+
+pub fn workload() -> PathBuf {
+    target_dir().join("fp-workload")
+}
+
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "end-to-end tests load eBPF programs and must run as root (cargo xtask test)"
+    );
+}
+
+pub struct Run {
+    pub output: Output,
+    pub report: Value,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.output.status.code().unwrap_or(-1)
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn summary(&self, key: &str) -> u64 {
+        self.report["summary"][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("summary.{key} missing in {}", self.report))
+    }
+
+    pub fn method(&self, name: &str) -> u64 {
+        self.report["methods"][name].as_u64().unwrap_or(0)
+    }
+
+    /// Every exec attempt of every process: (path, errno).
+    pub fn exec_attempts(&self) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for p in self.report["processes"].as_array().expect("processes") {
+            for e in p["execs"].as_array().expect("execs") {
+                out.push((
+                    e["path"].as_str().unwrap_or_default().to_string(),
+                    e["errno"].as_i64().unwrap_or(-1),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// `forkprof run --json --report <tmp> -- cmd...`, returning its output and parsed report.
+pub fn run_traced(cmd: &[&str], configure: impl FnOnce(&mut Command)) -> Run {
+    require_root();
+    let dir = tempdir();
+    let report_path = dir.join("report.json");
+    let mut c = Command::new(forkprof());
+    c.args(["run", "--json", "--report"])
+        .arg(&report_path)
+        .arg("--")
+        .args(cmd);
+    configure(&mut c);
+    let output = c.output().expect("start forkprof");
+    let report = std::fs::read_to_string(&report_path)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let _ = std::fs::remove_dir_all(&dir);
+    Run { output, report }
+}
+
+/// A fresh private directory under /tmp.
+pub fn tempdir() -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "forkprof-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}

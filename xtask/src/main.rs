@@ -1,1 +1,218 @@
-fn main() {}
+//! Project tasks: `cargo xtask setup | test | demo`.
+//!
+//! - setup: installs what a fresh machine lacks to build the eBPF side (nightly rust-src,
+//!   LLVM 22 development packages, bpf-linker built against them) and the tools the tests
+//!   drive. Idempotent: it checks first and says what it does.
+//! - test:  setup, then fmt and clippy (warnings denied, eBPF crate included), unit tests,
+//!   and the end-to-end tests that load the real eBPF programs (root).
+//! - demo:  setup, build, and `forkprof run` on a built-in spawn workload.
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the build and test prerequisites that are missing.
+    Setup,
+    /// Check formatting and lints, then run every test (the eBPF ones need root).
+    Test {
+        /// Arguments passed to the test binaries (e.g. a test name filter).
+        #[arg(trailing_var_arg = true)]
+        filter: Vec<String>,
+    },
+    /// Build and run forkprof on a built-in workload, showing its report.
+    Demo,
+}
+
+const APT_PACKAGES: &[&str] = &[
+    // bpf-linker's LLVM (same major as the nightly's LLVM)
+    "llvm-22-dev",
+    "libpolly-22-dev",
+    "libzstd-dev",
+    "zlib1g-dev",
+    // used by the end-to-end tests
+    "bpftool",
+    "util-linux",
+    "e2fsprogs",
+    "tmux",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("xtask: $ {cmd:?}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> String {
+    cmd.output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+fn is_root() -> bool {
+    output(Command::new("id").arg("-u")).trim() == "0"
+}
+
+fn setup() -> Result<()> {
+    let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let components = output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]));
+    for component in ["rust-src", "clippy", "rustfmt"] {
+        if !components.lines().any(|l| l.starts_with(component)) {
+            run(Command::new("rustup").args([
+                "component",
+                "add",
+                component,
+                "--toolchain",
+                "nightly",
+            ]))?;
+        }
+    }
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .contains("install ok installed")
+        })
+        .collect();
+    if !missing.is_empty() {
+        if !is_root() {
+            bail!("missing packages {missing:?}: run `cargo xtask setup` as root");
+        }
+        run(Command::new("apt-get").args(["update", "-qq"]))?;
+        run(Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    let linker_ok = Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !linker_ok {
+        run(Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+                "--locked",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"))?;
+    }
+    eprintln!("xtask: setup complete");
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(root());
+    c
+}
+
+fn test(filter: &[String]) -> Result<()> {
+    setup()?;
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "forkprof-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(Command::new("rustup")
+        .current_dir(root().join("forkprof-ebpf"))
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+    if !is_root() {
+        bail!(
+            "the end-to-end tests load eBPF programs: run `cargo xtask test` as root \
+             (sudo -E cargo xtask test)"
+        );
+    }
+    run(cargo()
+        .args(["test", "--workspace", "--exclude", "forkprof-ebpf", "--"])
+        .args(["--test-threads", "1"])
+        .args(filter))?;
+    Ok(())
+}
+
+fn demo() -> Result<()> {
+    setup()?;
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "forkprof",
+        "-p",
+        "forkprof-tests",
+    ]))?;
+    let target = root().join("target/release");
+    let forkprof = target.join("forkprof");
+    if !is_root() {
+        bail!("forkprof loads eBPF programs: run `cargo xtask demo` as root");
+    }
+    run(Command::new(&forkprof)
+        .args(["run", "--"])
+        .arg(target.join("fp-workload"))
+        .arg("demo"))
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Setup => setup(),
+        Task::Test { filter } => test(&filter),
+        Task::Demo => demo(),
+    }
+}

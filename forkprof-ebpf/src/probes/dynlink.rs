@@ -31,9 +31,7 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
             if id == nr::ACCESS {
                 ps.ld_t1 = maps::now();
                 ps.ld_state = ld_state::MAP;
-            } else if (id == nr::ARCH_PRCTL && set_fs())
-                || ps.ld_syscalls > LD_START_MAX_SYSCALLS
-            {
+            } else if (id == nr::ARCH_PRCTL && set_fs()) || ps.ld_syscalls > LD_START_MAX_SYSCALLS {
                 close(ps, ld_outcome::NO_GLIBC_LD);
                 return;
             }

@@ -72,7 +72,7 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
         }
     }
     rec.argc = argc;
-    if EXECS.insert(tgid, &*rec, 0).is_err() {
+    if EXECS.insert(tgid, rec, 0).is_err() {
         maps::count_lost(stat::STATE_MAP_FULL);
         return;
     }
@@ -148,7 +148,10 @@ pub fn on_exit(ret: i64) {
             ps.ld_syscalls = 0;
             ps.ld_openat = 0;
         }
-        if EVENTS.output::<forkprof_common::ExecRecord>(&*rec, 0).is_err() {
+        if EVENTS
+            .output::<forkprof_common::ExecRecord>(&*rec, 0)
+            .is_err()
+        {
             maps::count_lost(stat::RINGBUF_FULL);
         }
     }

@@ -5,7 +5,9 @@ use crate::btf;
 use crate::loader::{self, HOOKS, LoadOptions};
 
 fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 pub fn run() -> Result<i32> {

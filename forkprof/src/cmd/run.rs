@@ -204,7 +204,11 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     Ok(status.shell_code())
 }
 
-pub fn write_report(report: &Report, args: &ReportArgs, owner: Option<&InvokingUser>) -> Result<()> {
+pub fn write_report(
+    report: &Report,
+    args: &ReportArgs,
+    owner: Option<&InvokingUser>,
+) -> Result<()> {
     let mut out: Box<dyn Write> = match &args.report {
         Some(path) => Box::new(create_private_file(path, owner)?),
         None => Box::new(std::io::stderr().lock()),
@@ -252,7 +256,10 @@ mod tests {
     #[test]
     fn resolves_like_a_shell() {
         assert!(resolve(OsStr::new("sh")).is_ok());
-        assert_eq!(resolve(OsStr::new("no-such-forkprof-cmd")), Err(EXIT_NOT_FOUND));
+        assert_eq!(
+            resolve(OsStr::new("no-such-forkprof-cmd")),
+            Err(EXIT_NOT_FOUND)
+        );
         assert_eq!(resolve(OsStr::new("/nonexistent/x")), Err(EXIT_NOT_FOUND));
         assert_eq!(resolve(OsStr::new("/etc/passwd")), Err(EXIT_NOT_EXECUTABLE));
     }

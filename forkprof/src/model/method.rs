@@ -68,11 +68,23 @@ mod tests {
         // glibc 2.36: fork() is clone(SIGCHLD|CLONE_CHILD_*), posix_spawn is clone3(VM|VFORK).
         assert_eq!(Method::classify(56, SIGCHLD | 0x0120_0000), Method::Fork);
         assert_eq!(Method::classify(57, SIGCHLD), Method::Fork);
-        assert_eq!(Method::classify(58, CLONE_VM | CLONE_VFORK | SIGCHLD), Method::Vfork);
-        assert_eq!(Method::classify(435, CLONE_VM | CLONE_VFORK), Method::PosixSpawn);
-        assert_eq!(Method::classify(56, CLONE_VM | CLONE_VFORK | SIGCHLD), Method::PosixSpawn);
+        assert_eq!(
+            Method::classify(58, CLONE_VM | CLONE_VFORK | SIGCHLD),
+            Method::Vfork
+        );
+        assert_eq!(
+            Method::classify(435, CLONE_VM | CLONE_VFORK),
+            Method::PosixSpawn
+        );
+        assert_eq!(
+            Method::classify(56, CLONE_VM | CLONE_VFORK | SIGCHLD),
+            Method::PosixSpawn
+        );
         assert_eq!(Method::classify(435, SIGCHLD), Method::Clone3);
-        assert_eq!(Method::classify(435, CLONE_VM | CLONE_THREAD | 0x3d0f00), Method::Thread);
+        assert_eq!(
+            Method::classify(435, CLONE_VM | CLONE_THREAD | 0x3d0f00),
+            Method::Thread
+        );
         assert_eq!(Method::classify(56, CLONE_VM | SIGCHLD), Method::Clone);
     }
 }

@@ -209,7 +209,10 @@ impl Report {
                 } else {
                     summary.failed_execs += 1;
                     by_binary.entry(e.path.clone()).or_default().failed_execs += 1;
-                    by_parent.entry(bins.at_spawn.clone()).or_default().failed_execs += 1;
+                    by_parent
+                        .entry(bins.at_spawn.clone())
+                        .or_default()
+                        .failed_execs += 1;
                 }
             }
             processes.push(ProcessRow {

@@ -46,7 +46,10 @@ impl From<&ExecRecord> for ExecAttempt {
         Self {
             ts_ns: r.hdr.ts_ns,
             path: c_bytes(&r.path).to_vec(),
-            args: r.args[..shown].iter().map(|a| c_bytes(a).to_vec()).collect(),
+            args: r.args[..shown]
+                .iter()
+                .map(|a| c_bytes(a).to_vec())
+                .collect(),
             argc: r.argc,
             errno: r.errno,
             exec_ns: r.exec_ns,
@@ -224,13 +227,7 @@ impl Trace {
                 .find(|e| e.errno == 0)
                 .map(|e| e.path.clone())
                 .unwrap_or_else(|| at_spawn.clone());
-            out.insert(
-                p.key,
-                Binaries {
-                    at_spawn,
-                    last,
-                },
-            );
+            out.insert(p.key, Binaries { at_spawn, last });
         }
         out
     }

@@ -19,7 +19,7 @@ fn new_table(header: &[&str]) -> Table {
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Dynamic)
         .set_width(160)
-        .set_header(header.iter().map(|h| Cell::new(h)));
+        .set_header(header.iter().map(Cell::new));
     for i in 1..header.len() {
         if let Some(c) = t.column_mut(i) {
             c.set_cell_alignment(CellAlignment::Right);
@@ -50,7 +50,13 @@ fn phase_total(phases: &BTreeMap<&'static str, Summary>, name: &str) -> (String,
     }
 }
 
-fn group_table(title: &str, first: &str, rows: &[GroupRow], top: usize, out: &mut dyn Write) -> Result<()> {
+fn group_table(
+    title: &str,
+    first: &str,
+    rows: &[GroupRow],
+    top: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
     writeln!(out, "\n{title}")?;
     let mut t = new_table(&[
         first,
@@ -142,7 +148,19 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
         };
     }
     writeln!(out, "{t}")?;
-    group_table("Binaries (by total spawn cost)", "binary", &report.binaries, top, out)?;
-    group_table("Parents (by total spawn cost of their children)", "parent binary", &report.parents, top, out)?;
+    group_table(
+        "Binaries (by total spawn cost)",
+        "binary",
+        &report.binaries,
+        top,
+        out,
+    )?;
+    group_table(
+        "Parents (by total spawn cost of their children)",
+        "parent binary",
+        &report.parents,
+        top,
+        out,
+    )?;
     Ok(())
 }

@@ -1,0 +1,194 @@
+//! Workloads with known ground truth for forkprof's end-to-end tests. Each subcommand does
+//! exactly what it says and prints its own measurements as one JSON line on stdout.
+//!
+//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | vfork | posix_spawn | thread; children
+//!                                  _exit(0) at once, or exec PROGRAM (posix_spawn needs one)
+//!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
+//!   exit CODE                      exit with CODE
+//!   kill SIGNAL                    kill itself with SIGNAL
+//!   demo                           a mix of all of the above, for `cargo xtask demo`
+use std::ffi::CString;
+use std::time::Instant;
+
+fn die(msg: &str) -> ! {
+    eprintln!("fp-workload: {msg}");
+    std::process::exit(2)
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).unwrap_or_else(|_| die("NUL in argument"))
+}
+
+fn wait_child(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: plain syscall with a valid out-pointer.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            die("waitpid failed");
+        }
+    }
+}
+
+/// vfork(2), then in the child execve(path) (or _exit(0) when `path` is null) without ever
+/// returning to Rust: the child borrows the parent's stack, so it must not touch it. Written
+/// in assembly because a function that returns twice cannot be expressed safely in Rust.
+///
+/// # Safety
+/// `path`, `argv` and `envp` must be valid for execve (or `path` null).
+unsafe fn vfork_exec(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> libc::pid_t {
+    let ret: i64;
+    // SAFETY: the caller upholds execve's requirements; the child path ends in exit.
+    unsafe {
+        std::arch::asm!(
+            "mov eax, 58",      // vfork
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "test rdi, rdi",
+            "jz 3f",
+            "mov eax, 59",      // execve(rdi, rsi, rdx)
+            "syscall",
+            "mov edi, 127",     // exec failed
+            "jmp 4f",
+            "3:",
+            "xor edi, edi",
+            "4:",
+            "mov eax, 60",      // _exit(edi)
+            "syscall",
+            "2:",
+            inout("rdi") path => _,
+            in("rsi") argv,
+            in("rdx") envp,
+            lateout("rax") ret,
+            out("rcx") _,
+            out("r11") _,
+        );
+    }
+    ret as libc::pid_t
+}
+
+/// Spawns `count` children with `method`; returns the parent's own time per spawn call (ns).
+fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
+    let prog = program.map(cstring);
+    let argv: Vec<*const libc::c_char> = match &prog {
+        Some(p) => vec![p.as_ptr(), std::ptr::null()],
+        None => vec![std::ptr::null()],
+    };
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let mut times = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let t0 = Instant::now();
+        let pid = match method {
+            // SAFETY: the child only calls async-signal-safe execve/_exit.
+            "fork" => unsafe { libc::fork() },
+            // SAFETY: see `vfork_exec`.
+            "vfork" => unsafe {
+                vfork_exec(
+                    prog.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                )
+            },
+            "posix_spawn" => {
+                let p = prog
+                    .as_ref()
+                    .unwrap_or_else(|| die("posix_spawn needs a PROGRAM"));
+                let mut pid = 0;
+                // SAFETY: all pointers are valid NUL-terminated arrays.
+                let rc = unsafe {
+                    libc::posix_spawn(
+                        &mut pid,
+                        p.as_ptr(),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        argv.as_ptr() as *const *mut libc::c_char,
+                        envp.as_ptr() as *const *mut libc::c_char,
+                    )
+                };
+                if rc != 0 {
+                    die("posix_spawn failed");
+                }
+                pid
+            }
+            "thread" => {
+                std::thread::spawn(|| {})
+                    .join()
+                    .unwrap_or_else(|_| die("thread panicked"));
+                times.push(t0.elapsed().as_nanos() as u64);
+                continue;
+            }
+            other => die(&format!("unknown method {other}")),
+        };
+        if pid == 0 {
+            // SAFETY: in the child: exec or exit at once.
+            unsafe {
+                if let Some(p) = &prog {
+                    libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                }
+                libc::_exit(0);
+            }
+        }
+        if pid < 0 {
+            die("fork failed");
+        }
+        times.push(t0.elapsed().as_nanos() as u64);
+        wait_child(pid);
+    }
+    times
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .unwrap_or_else(|| die("missing argument"))
+    };
+    match arg(0) {
+        "spawn" => {
+            let count: u32 = arg(2).parse().unwrap_or_else(|_| die("bad COUNT"));
+            let times = spawn(arg(1), count, args.get(3).map(String::as_str));
+            let total: u64 = times.iter().sum();
+            println!(
+                "{{\"method\":\"{}\",\"count\":{},\"mean_call_ns\":{}}}",
+                arg(1),
+                count,
+                total / u64::from(count.max(1))
+            );
+        }
+        "execvp" => {
+            let name = cstring(arg(1));
+            let argv = [name.as_ptr(), std::ptr::null()];
+            // SAFETY: valid NUL-terminated argv.
+            unsafe { libc::execvp(name.as_ptr(), argv.as_ptr()) };
+            let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            println!("{{\"errno\":{errno}}}");
+            std::process::exit(127);
+        }
+        "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),
+        "kill" => {
+            let sig: i32 = arg(1).parse().unwrap_or_else(|_| die("bad SIGNAL"));
+            // SAFETY: plain syscalls.
+            unsafe { libc::kill(libc::getpid(), sig) };
+            die("still alive after kill");
+        }
+        "demo" => {
+            spawn("fork", 20, Some("/bin/true"));
+            spawn("vfork", 20, Some("/bin/true"));
+            spawn("posix_spawn", 20, Some("/bin/true"));
+            spawn("fork", 10, None);
+            spawn("thread", 5, None);
+            for _ in 0..5 {
+                let _ = std::process::Command::new("sh")
+                    .args(["-c", "exit 0"])
+                    .status();
+            }
+            let _ = std::process::Command::new("forkprof-demo-no-such-program").status();
+        }
+        other => die(&format!("unknown workload {other}")),
+    }
+}

@@ -1,0 +1,252 @@
+//! `forkprof run` end to end: real eBPF programs, real processes, exact counts.
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, run_traced, tempdir, workload};
+
+const N: u64 = 25;
+
+fn spawn_run(method: &str, program: Option<&str>) -> forkprof_tests::Run {
+    let w = workload();
+    let count = N.to_string();
+    let mut cmd = vec![w.to_str().unwrap(), "spawn", method, &count];
+    cmd.extend(program);
+    let run = run_traced(&cmd, |_| {});
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    assert_eq!(run.summary("lost_events"), 0);
+    run
+}
+
+#[test]
+fn counts_each_method_exactly() {
+    for (method, program) in [
+        ("fork", None),
+        ("fork", Some("/bin/true")),
+        ("vfork", None),
+        ("vfork", Some("/bin/true")),
+        ("posix_spawn", Some("/bin/true")),
+    ] {
+        let run = spawn_run(method, program);
+        assert_eq!(
+            run.method(method),
+            N,
+            "{method} {program:?}: {}",
+            run.report["methods"]
+        );
+        assert_eq!(run.summary("processes"), N + 1, "{method}: root + children");
+        assert_eq!(run.summary("threads"), 0, "{method}");
+        let execs = if program.is_some() { N + 1 } else { 1 };
+        assert_eq!(run.summary("execs"), execs, "{method} {program:?}");
+        assert_eq!(run.summary("still_running"), 0);
+        let total: u64 = run.report["methods"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(total, N, "no other method seen for {method}");
+    }
+}
+
+#[test]
+fn threads_are_counted_apart() {
+    let run = spawn_run("thread", None);
+    assert_eq!(run.summary("threads"), N);
+    assert_eq!(run.summary("processes"), 1);
+    assert_eq!(run.method("thread"), 0);
+}
+
+#[test]
+fn execvp_path_search_shows_every_failed_attempt() {
+    let dir = tempdir();
+    let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    // In the middle directory the name exists but is not executable: EACCES.
+    let blocked = dirs[1].join("fp-nothing");
+    std::fs::write(&blocked, "not a program").unwrap();
+    std::fs::set_permissions(&blocked, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let path = std::env::join_paths(&dirs).unwrap();
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "execvp", "fp-nothing"], |c| {
+        c.env("PATH", &path);
+    });
+    assert_eq!(run.code(), 127, "stderr: {}", run.stderr());
+    let failed: Vec<(String, i64)> = run
+        .exec_attempts()
+        .into_iter()
+        .filter(|(_, errno)| *errno != 0)
+        .collect();
+    let want: Vec<(String, i64)> = vec![
+        (
+            dirs[0].join("fp-nothing").display().to_string(),
+            libc::ENOENT as i64,
+        ),
+        (
+            dirs[1].join("fp-nothing").display().to_string(),
+            libc::EACCES as i64,
+        ),
+        (
+            dirs[2].join("fp-nothing").display().to_string(),
+            libc::ENOENT as i64,
+        ),
+    ];
+    assert_eq!(failed, want);
+    assert_eq!(run.summary("failed_execs"), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exit_statuses_propagate() {
+    let w = workload();
+    let w = w.to_str().unwrap();
+    for (cmd, code) in [
+        (vec![w, "exit", "0"], 0),
+        (vec![w, "exit", "7"], 7),
+        (vec![w, "kill", "9"], 137),
+        (vec!["sh", "-c", "exit 3"], 3),
+    ] {
+        let run = run_traced(&cmd, |_| {});
+        assert_eq!(run.code(), code, "{cmd:?}: {}", run.stderr());
+        let exit = &run.report["exit"];
+        if code == 137 {
+            assert_eq!(exit["signal"], 9, "{exit}");
+        } else {
+            assert_eq!(exit["code"], code, "{exit}");
+        }
+    }
+}
+
+#[test]
+fn missing_command_exits_127_like_a_shell() {
+    let out = Command::new(forkprof())
+        .args(["run", "--", "fp-no-such-command-anywhere"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        "forkprof: fp-no-such-command-anywhere: command not found"
+    );
+}
+
+#[test]
+fn forwards_sigterm_and_exits_128_plus_signal() {
+    let mut child = Command::new(forkprof())
+        .args(["run", "--json", "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until sleep runs under forkprof (it is forkprof's child).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let sleeper = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
+            .unwrap_or_default();
+        if let Some(pid) = kids.split_whitespace().next() {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            if comm.trim() == "sleep" {
+                break pid.to_string();
+            }
+        }
+        assert!(Instant::now() < deadline, "sleep never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(!std::path::Path::new(&format!("/proc/{sleeper}")).exists());
+}
+
+#[test]
+fn unrelated_processes_never_appear() {
+    // A uniquely named copy of `true`, run by an untraced shell while a traced run is going.
+    let dir = tempdir();
+    let outsider = dir.join("fp-outsider-bin");
+    std::fs::copy("/bin/true", &outsider).unwrap();
+    let script = format!("for i in $(seq 100); do {}; done", outsider.display());
+    let noise = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            Command::new("sh").args(["-c", &script]).status().unwrap();
+        }
+    });
+    let w = workload();
+    let run = run_traced(
+        &[
+            "sh",
+            "-c",
+            &format!("{} spawn fork 50 /bin/true; sleep 1", w.display()),
+        ],
+        |_| {},
+    );
+    noise.join().unwrap();
+    assert_eq!(run.code(), 0);
+    let text = run.report.to_string();
+    assert!(
+        !text.contains("fp-outsider-bin"),
+        "outsider leaked into the report"
+    );
+    // sh, the workload and its 50 children, sleep: nothing else.
+    assert_eq!(run.summary("processes"), 53, "{}", run.report["summary"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unprivileged_run_gets_one_clear_line_and_exit_1() {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(forkprof())
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_BPF") && err.contains("sudo"), "{err}");
+}
+
+#[test]
+fn under_sudo_the_command_runs_as_the_invoking_user() {
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let report = dir.join("report.txt");
+    let out = Command::new(forkprof())
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", "id -u; id -g; id -G; echo $HOME"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .env("SUDO_USER", "nobody")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "65534", "uid");
+    assert_eq!(lines[1], "65534", "gid");
+    assert!(
+        !lines[2].split(' ').any(|g| g == "0"),
+        "root group kept: {}",
+        lines[2]
+    );
+    assert_eq!(lines[3], "/nonexistent", "HOME of nobody");
+    let meta = std::fs::metadata(&report).unwrap();
+    assert_eq!(meta.uid(), 65534, "report owned by the invoking user");
+    assert_eq!(meta.mode() & 0o777, 0o600, "report not world-readable");
+    let _ = std::fs::remove_dir_all(&dir);
+}

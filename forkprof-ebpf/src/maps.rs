@@ -56,6 +56,24 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     _pad: 0,
 };
 
+/// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
+/// are queued silently and the agent collects them on its periodic poll: a wakeup on every
+/// record would schedule the agent inside the traced process's syscall return path.
+const WAKEUP_BYTES: u64 = 256 << 10;
+const BPF_RB_AVAIL_DATA: u64 = 0;
+const BPF_RB_NO_WAKEUP: u64 = 1;
+const BPF_RB_FORCE_WAKEUP: u64 = 2;
+
+/// Flags for ring-buffer submit/output (see `WAKEUP_BYTES`).
+#[inline(always)]
+pub fn submit_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
+}
+
 #[inline(always)]
 pub fn trace_all() -> bool {
     // SAFETY: a read of a global that the loader may have rewritten; volatile so the compiler

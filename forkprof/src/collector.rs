@@ -7,6 +7,9 @@ use tokio::io::{Interest, unix::AsyncFd};
 use crate::model::Trace;
 use crate::records::decode;
 
+/// How often the agent collects records when the kernel has not woken it.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub struct Collector {
     ring: AsyncFd<RingBuf<MapData>>,
     stats: PerCpuArray<MapData, u64>,
@@ -26,11 +29,18 @@ impl Collector {
         })
     }
 
-    /// Waits until the kernel has submitted records, then folds them all into `trace`.
+    /// Waits until the kernel wakes the agent (the ring buffer is filling up) or `POLL`
+    /// passes, then folds every queued record into `trace`. The kernel only wakes the agent
+    /// past a fill threshold, so that tracing does not schedule the agent on every record.
     pub async fn collect(&mut self, trace: &mut Trace) -> Result<()> {
-        let mut guard = self.ring.readable_mut().await?;
-        drain(guard.get_inner_mut(), trace);
-        guard.clear_ready();
+        tokio::select! {
+            guard = self.ring.readable_mut() => {
+                let mut guard = guard?;
+                drain(guard.get_inner_mut(), trace);
+                guard.clear_ready();
+            }
+            _ = tokio::time::sleep(POLL) => drain(self.ring.get_mut(), trace),
+        }
         Ok(())
     }
 

@@ -85,7 +85,10 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     ps.atime_count = 0;
     ps.atime_ns = 0;
     maps::active_add(active::LD, -1);
-    if EVENTS.output::<LdRecord>(&rec, 0).is_err() {
+    if EVENTS
+        .output::<LdRecord>(&rec, maps::submit_flags())
+        .is_err()
+    {
         maps::count_lost(stat::RINGBUF_FULL);
     }
 }

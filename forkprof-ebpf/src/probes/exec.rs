@@ -149,7 +149,7 @@ pub fn on_exit(ret: i64) {
             ps.ld_openat = 0;
         }
         if EVENTS
-            .output::<forkprof_common::ExecRecord>(&*rec, 0)
+            .output::<forkprof_common::ExecRecord>(&*rec, maps::submit_flags())
             .is_err()
         {
             maps::count_lost(stat::RINGBUF_FULL);

@@ -56,7 +56,10 @@ fn finish(tgid: u32, notified: bool) {
     } else {
         maps::count_lost(stat::EXIT_WITHOUT_NOTIFY);
     }
-    if EVENTS.output::<ExitRecord>(&*rec, 0).is_err() {
+    if EVENTS
+        .output::<ExitRecord>(&*rec, maps::submit_flags())
+        .is_err()
+    {
         maps::count_lost(stat::RINGBUF_FULL);
     }
     let _ = EXITING.remove(tgid);

@@ -136,5 +136,5 @@ pub fn on_exit(ret: i64) {
         vfork_wait_ns,
         parent_comm: bpf_get_current_comm().unwrap_or([0; 16]),
     });
-    entry.submit(0);
+    entry.submit(maps::submit_flags());
 }

@@ -1,11 +1,14 @@
 //! Workloads with known ground truth for forkprof's end-to-end tests. Each subcommand does
 //! exactly what it says and prints its own measurements as one JSON line on stdout.
 //!
-//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | vfork | posix_spawn | thread; children
-//!                                  _exit(0) at once, or exec PROGRAM (posix_spawn needs one)
+//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | vfork | posix_spawn | thread; children
+//!                                  _exit(0) at once, or exec PROGRAM (posix_spawn needs one).
+//!                                  With FP_RSS_MIB=N the parent first touches N MiB.
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
 //!   exit CODE                      exit with CODE
 //!   kill SIGNAL                    kill itself with SIGNAL
+//!   cow PAGES                      fork a child that waits, write PAGES pages in the parent,
+//!                                  then let the child exit (copy-on-write ground truth)
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -71,6 +74,53 @@ unsafe fn vfork_exec(
     ret as libc::pid_t
 }
 
+/// fork(2) as a bare syscall whose child exits at once without touching memory, timed on a
+/// stack the child does not share (MADV_WIPEONFORK). This is the syscall's own latency, the
+/// ground truth for forkprof's `fork`: libc's fork() adds its wrapper, and the parent's
+/// first write after it (to its stack) takes a copy-on-write fault.
+fn fork_raw(count: u32) -> Vec<u64> {
+    let sp: usize;
+    // SAFETY: reads the stack pointer.
+    unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp) };
+    let top = (sp & !(PAGE - 1)) + PAGE;
+    let len = 4 * PAGE;
+    // SAFETY: a range of this thread's own stack, below and including the current frame.
+    if unsafe { libc::madvise((top - len) as *mut libc::c_void, len, libc::MADV_WIPEONFORK) } != 0 {
+        die(&format!(
+            "madvise(MADV_WIPEONFORK) failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut times = vec![0u64; count as usize];
+    for slot in times.iter_mut() {
+        let t0 = Instant::now();
+        let pid: i64;
+        // SAFETY: the child runs only the exit syscall, touching no memory.
+        unsafe {
+            std::arch::asm!(
+                "mov eax, 57",
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "xor edi, edi",
+                "mov eax, 60",
+                "syscall",
+                "2:",
+                lateout("rax") pid,
+                out("rcx") _,
+                out("r11") _,
+                out("rdi") _,
+            );
+        }
+        *slot = t0.elapsed().as_nanos() as u64;
+        if pid < 0 {
+            die("fork failed");
+        }
+        wait_child(pid as libc::pid_t);
+    }
+    times
+}
+
 /// Spawns `count` children with `method`; returns the parent's own time per spawn call (ns).
 fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     let prog = program.map(cstring);
@@ -79,6 +129,9 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
         None => vec![std::ptr::null()],
     };
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    if method == "fork-raw" {
+        return fork_raw(count);
+    }
     let mut times = Vec::with_capacity(count as usize);
     for _ in 0..count {
         let t0 = Instant::now();
@@ -141,7 +194,65 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     times
 }
 
+const PAGE: usize = 4096;
+
+/// An anonymous private region of `pages` pages, without transparent huge pages, touched.
+fn touched_region(pages: usize) -> &'static mut [u8] {
+    // SAFETY: a fresh anonymous mapping, checked for failure, never unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            pages * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            die("mmap failed");
+        }
+        libc::madvise(p, pages * PAGE, libc::MADV_NOHUGEPAGE);
+        let region = std::slice::from_raw_parts_mut(p as *mut u8, pages * PAGE);
+        for i in 0..pages {
+            region[i * PAGE] = 1;
+        }
+        region
+    }
+}
+
+/// Forks a child that blocks on a pipe; the parent writes one byte in each of `pages`
+/// pages (each a copy-on-write fault), then releases the child and reaps it.
+fn cow(pages: usize) {
+    let region = touched_region(pages);
+    let mut fds = [0; 2];
+    // SAFETY: plain syscalls on owned fds.
+    unsafe {
+        if libc::pipe(fds.as_mut_ptr()) != 0 {
+            die("pipe failed");
+        }
+        let pid = libc::fork();
+        if pid == 0 {
+            let mut b = 0u8;
+            libc::close(fds[1]);
+            libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+        for i in 0..pages {
+            std::ptr::write_volatile(&mut region[i * PAGE], 2);
+        }
+        libc::close(fds[1]);
+        wait_child(pid);
+    }
+    println!("{{\"cow_pages\":{pages}}}");
+}
+
 fn main() {
+    if let Some(mib) = std::env::var("FP_RSS_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        touched_region(mib * 256);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| {
         args.get(i)
@@ -169,6 +280,7 @@ fn main() {
             println!("{{\"errno\":{errno}}}");
             std::process::exit(127);
         }
+        "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),
         "kill" => {
             let sig: i32 = arg(1).parse().unwrap_or_else(|_| die("bad SIGNAL"));

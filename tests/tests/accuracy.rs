@@ -1,0 +1,276 @@
+//! Phase attribution against ground truth: small programs time themselves with
+//! CLOCK_MONOTONIC (the clock bpf_ktime_get_ns reads) and forkprof's numbers must agree.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use forkprof_tests::{Run, run_traced, tempdir, workload};
+use serde_json::Value;
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// |a - b| <= max(rel * b, abs_ns)
+fn assert_close(what: &str, measured: f64, truth: f64, rel: f64, abs_ns: f64) {
+    let tol = (rel * truth).max(abs_ns);
+    assert!(
+        (measured - truth).abs() <= tol,
+        "{what}: forkprof {:.1} us vs ground truth {:.1} us (tolerance {:.1} us)",
+        measured / 1e3,
+        truth / 1e3,
+        tol / 1e3
+    );
+}
+
+fn phase(p: &Value, name: &str) -> Option<f64> {
+    p["phases"][name].as_u64().map(|v| v as f64)
+}
+
+fn processes_with_method<'a>(run: &'a Run, method: &str) -> Vec<&'a Value> {
+    run.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["method"] == method)
+        .collect()
+}
+
+fn workload_mean_call_ns(run: &Run) -> f64 {
+    let line = run.stdout();
+    let v: Value = serde_json::from_str(line.trim()).expect("workload JSON");
+    v["mean_call_ns"].as_f64().unwrap()
+}
+
+#[test]
+fn fork_latency_matches_the_parents_own_timing() {
+    let w = workload();
+    for (method, program) in [
+        ("fork-raw", None),
+        ("vfork", Some("/bin/true")),
+        ("posix_spawn", Some("/bin/true")),
+    ] {
+        let mut cmd = vec![w.to_str().unwrap(), "spawn", method, "200"];
+        cmd.extend(program);
+        let run = run_traced(&cmd, |_| {});
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let truth = workload_mean_call_ns(&run);
+        let kind = if method == "fork-raw" { "fork" } else { method };
+        let children = processes_with_method(&run, kind);
+        assert_eq!(children.len(), 200);
+        // The parent's call also spans vfork_wait for vfork-type methods.
+        let measured = mean(
+            &children
+                .iter()
+                .map(|p| phase(p, "fork").unwrap() + phase(p, "vfork_wait").unwrap_or(0.0))
+                .collect::<Vec<_>>(),
+        );
+        assert_close(method, measured, truth, 0.10, 20_000.0);
+    }
+}
+
+/// libc's fork() as the parent sees it: the syscall, glibc's wrapper (atfork handlers,
+/// locks) and the copy-on-write fault of the parent's first stack write after it.
+/// forkprof's `fork` is the syscall alone, so it must be below that, and the difference is
+/// about one fault.
+#[test]
+fn libc_fork_residue_is_the_wrapper_and_one_cow_fault() {
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork", "200"], |_| {});
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let truth = workload_mean_call_ns(&run);
+    let children = processes_with_method(&run, "fork");
+    let fork = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "fork").unwrap())
+            .collect::<Vec<_>>(),
+    );
+    let cow = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "cow_faults").unwrap())
+            .collect::<Vec<_>>(),
+    );
+    eprintln!(
+        "libc fork(): parent {:.1} us, forkprof fork {:.1} us, residue {:.1} us, {cow:.1} COW faults per fork",
+        truth / 1e3,
+        fork / 1e3,
+        (truth - fork) / 1e3
+    );
+    assert!(fork < truth, "syscall {fork} ns >= libc fork() {truth} ns");
+    assert!(
+        cow >= 1.0,
+        "the parent's stack write after fork is a COW fault"
+    );
+}
+
+#[test]
+fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork", "5"], |c| {
+        c.env("FP_RSS_MIB", "1024");
+    });
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let truth = workload_mean_call_ns(&run);
+    let children = processes_with_method(&run, "fork");
+    assert_eq!(children.len(), 5);
+    let fork = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "fork").unwrap())
+            .collect::<Vec<_>>(),
+    );
+    let pt = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "pagetable_copy").unwrap())
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        pt >= 0.9 * fork,
+        "pagetable_copy {pt} ns < 90% of fork {fork} ns"
+    );
+    assert_close("fork of a 1 GiB parent", fork, truth, 0.10, 0.0);
+}
+
+#[test]
+fn cow_faults_match_the_pages_the_parent_wrote() {
+    let w = workload();
+    let pages = 3000.0;
+    let run = run_traced(&[w.to_str().unwrap(), "cow", "3000"], |_| {});
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let child = processes_with_method(&run, "fork");
+    assert_eq!(child.len(), 1);
+    let cow = phase(child[0], "cow_faults").expect("cow_faults measured");
+    assert!(
+        (cow - pages).abs() <= 0.05 * pages,
+        "cow_faults {cow} vs {pages} pages written"
+    );
+}
+
+struct Fixtures {
+    dir: PathBuf,
+}
+
+impl Fixtures {
+    fn build() -> Self {
+        let dir = tempdir();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+        let gcc = |args: &[&str]| {
+            let st = Command::new("gcc")
+                .current_dir(&dir)
+                .args(args)
+                .status()
+                .expect("gcc");
+            assert!(st.success(), "gcc {args:?}");
+        };
+        let main_c = src.join("main_time.c");
+        let main_c = main_c.to_str().unwrap();
+        gcc(&[
+            "-O2",
+            "-o",
+            "exec_timer",
+            src.join("exec_timer.c").to_str().unwrap(),
+        ]);
+        gcc(&["-O2", "-static", "-o", "main_static", main_c]);
+        gcc(&["-O2", "-o", "main_dynamic", main_c]);
+        gcc(&[
+            "-O2",
+            "-o",
+            "main_libs",
+            main_c,
+            "-Wl,--no-as-needed",
+            "-lssl",
+            "-lcrypto",
+            "-lz",
+            "-lm",
+        ]);
+        Self { dir }
+    }
+}
+
+impl Drop for Fixtures {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs exec_timer N times on `binary` under forkprof: returns (truth exec→main per run,
+/// forkprof's processes for that binary).
+fn exec_to_main(fx: &Fixtures, binary: &str, n: usize) -> (Vec<f64>, Run) {
+    let timer = fx.dir.join("exec_timer");
+    let target = fx.dir.join(binary);
+    let run = run_traced(
+        &[
+            timer.to_str().unwrap(),
+            &n.to_string(),
+            target.to_str().unwrap(),
+        ],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let out = run.stdout();
+    let field = |tag: &str| -> Vec<f64> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(tag))
+            .map(|v| v.trim().parse::<f64>().unwrap())
+            .collect()
+    };
+    let (mains, t0s) = (field("main "), field("t0 "));
+    assert_eq!((mains.len(), t0s.len()), (n, n));
+    (mains.iter().zip(&t0s).map(|(m, t)| m - t).collect(), run)
+}
+
+fn phase_means(run: &Run, binary: &str) -> (f64, [f64; 3]) {
+    let procs: Vec<&Value> = run.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["binary"].as_str().unwrap().ends_with(binary))
+        .collect();
+    assert!(!procs.is_empty(), "no process ran {binary}");
+    let m = |name: &str| {
+        mean(
+            &procs
+                .iter()
+                .map(|p| {
+                    phase(p, name).unwrap_or_else(|| panic!("{name} not measured for {binary}"))
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    (m("exec"), [m("ld_start"), m("ld_map"), m("ld_reloc_init")])
+}
+
+#[test]
+fn exec_and_dynamic_linker_match_exec_to_main() {
+    let fx = Fixtures::build();
+    let n = 40;
+    let mut ld_map = Vec::new();
+    for binary in ["main_static", "main_dynamic", "main_libs"] {
+        let (truth, run) = exec_to_main(&fx, binary, n);
+        let (exec, ld) = phase_means(&run, binary);
+        let truth = mean(&truth);
+        eprintln!(
+            "{binary}: exec→main {:.1} us; exec {:.1} + ld_start {:.1} + ld_map {:.1} + ld_reloc_init {:.1} us",
+            truth / 1e3,
+            exec / 1e3,
+            ld[0] / 1e3,
+            ld[1] / 1e3,
+            ld[2] / 1e3
+        );
+        if binary == "main_static" {
+            assert_eq!(ld, [0.0; 3], "ld_* of a static binary");
+            // A static binary's own start-up (IRELATIVE relocations, TLS, page faults of a
+            // fresh image) runs before main and is not a forkprof phase: exec is a lower bound.
+            assert!(exec <= truth, "exec {exec} > exec→main {truth}");
+        } else {
+            assert_close(binary, exec + ld.iter().sum::<f64>(), truth, 0.10, 30_000.0);
+        }
+        ld_map.push(ld[1]);
+    }
+    assert!(
+        ld_map[2] > ld_map[1] * 1.5,
+        "ld_map should grow with the number of libraries: {ld_map:?}"
+    );
+}

@@ -12,6 +12,8 @@ use std::process::Command;
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench;
+
 #[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
@@ -30,6 +32,11 @@ enum Task {
     },
     /// Build and run forkprof on a built-in workload, showing its report.
     Demo,
+    /// Benchmarks: forkprof's overhead on a spawn loop, side by side with peers.
+    Bench {
+        #[command(flatten)]
+        args: bench::BenchArgs,
+    },
 }
 
 const APT_PACKAGES: &[&str] = &[
@@ -45,14 +52,14 @@ const APT_PACKAGES: &[&str] = &[
     "tmux",
 ];
 
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
 }
 
-fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: $ {cmd:?}");
     let status = cmd
         .status()
@@ -63,17 +70,17 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> String {
+pub fn output(cmd: &mut Command) -> String {
     cmd.output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default()
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     output(Command::new("id").arg("-u")).trim() == "0"
 }
 
-fn setup() -> Result<()> {
+pub fn setup() -> Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
         run(Command::new("rustup").args([
@@ -214,5 +221,6 @@ fn main() -> Result<()> {
         Task::Setup => setup(),
         Task::Test { filter } => test(&filter),
         Task::Demo => demo(),
+        Task::Bench { args } => bench::run(&args),
     }
 }

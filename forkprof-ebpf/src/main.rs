@@ -9,7 +9,10 @@
 mod maps;
 mod probes;
 
-use aya_ebpf::{macros::raw_tracepoint, programs::RawTracePointContext};
+use aya_ebpf::{
+    macros::{fentry, kprobe, raw_tracepoint, uprobe},
+    programs::{FEntryContext, ProbeContext, RawTracePointContext},
+};
 
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn forkprof_sys_enter(ctx: RawTracePointContext) -> i32 {
@@ -86,6 +89,24 @@ pub fn forkprof_signal_generate(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn forkprof_sched_process_free(ctx: RawTracePointContext) -> i32 {
     probes::exit::on_free(&ctx);
+    0
+}
+
+// Capability probes for `forkprof doctor`: empty programs that tell whether this kernel lets
+// forkprof load and attach kprobes, fentry and uprobes. No phase depends on them.
+
+#[kprobe]
+pub fn forkprof_probe_kprobe(_ctx: ProbeContext) -> u32 {
+    0
+}
+
+#[fentry(function = "dup_mmap")]
+pub fn forkprof_probe_fentry(_ctx: FEntryContext) -> i32 {
+    0
+}
+
+#[uprobe]
+pub fn forkprof_probe_uprobe(_ctx: ProbeContext) -> u32 {
     0
 }
 

@@ -5,6 +5,7 @@ mod btf;
 mod cli;
 mod cmd;
 mod collector;
+mod compat;
 mod elf;
 mod loader;
 mod model;

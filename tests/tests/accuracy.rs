@@ -274,3 +274,82 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
         "ld_map should grow with the number of libraries: {ld_map:?}"
     );
 }
+
+/// An ext4 image loop-mounted with `options`, unmounted on drop.
+struct LoopMount {
+    dir: PathBuf,
+    mnt: PathBuf,
+}
+
+impl LoopMount {
+    fn new(options: &str) -> Self {
+        let dir = tempdir();
+        let img = dir.join("fs.img");
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let ok = |c: &mut Command| assert!(c.status().unwrap().success(), "{c:?}");
+        ok(Command::new("truncate").args(["-s", "32M"]).arg(&img));
+        ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img));
+        ok(Command::new("mount")
+            .args(["-o", &format!("loop,{options}")])
+            .arg(&img)
+            .arg(&mnt));
+        Self { dir, mnt }
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mnt).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs a static binary from the mount 200 times, printing its atime (ns) after each run;
+/// returns the number of atime changes seen by stat and forkprof's atime_updates for it.
+fn atime_updates(fx: &Fixtures, options: &str) -> (u64, u64) {
+    let m = LoopMount::new(options);
+    let bin = m.mnt.join("fp-atime-probe");
+    std::fs::copy(fx.dir.join("main_static"), &bin).unwrap();
+    // Start from an atime in the past so that the first exec must update it (relatime too).
+    let st = Command::new("touch")
+        .args(["-a", "-d", "2001-01-01"])
+        .arg(&bin)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let script = format!(
+        "for i in $(seq 200); do {0} >/dev/null; stat -c %x {0}; done",
+        bin.display()
+    );
+    let run = run_traced(&["sh", "-c", &script], |_| {});
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let out = run.stdout();
+    let mut last = "2001-01-01".to_string();
+    let mut changes = 0;
+    for line in out.lines() {
+        if !line.starts_with(&last) {
+            changes += 1;
+            last = line.to_string();
+        }
+    }
+    let traced: u64 = run.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["binary"].as_str().unwrap().ends_with("fp-atime-probe"))
+        .map(|p| p["atime_updates"].as_u64().unwrap())
+        .sum();
+    (changes, traced)
+}
+
+#[test]
+fn atime_updates_match_the_binarys_atime_changes() {
+    let fx = Fixtures::build();
+    let (changes, traced) = atime_updates(&fx, "strictatime");
+    eprintln!("strictatime: stat saw {changes} atime changes, forkprof {traced} updates");
+    assert!(changes > 0, "strictatime exec never changed the atime");
+    assert_eq!(traced, changes);
+    let (changes, traced) = atime_updates(&fx, "noatime");
+    assert_eq!((changes, traced), (0, 0), "noatime");
+}

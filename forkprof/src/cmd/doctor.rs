@@ -2,6 +2,7 @@
 use anyhow::Result;
 
 use crate::btf;
+use crate::compat;
 use crate::loader::{self, HOOKS, LoadOptions};
 
 fn read_trimmed(path: &str) -> Option<String> {
@@ -39,9 +40,9 @@ pub fn run() -> Result<i32> {
     if !privileged {
         return Ok(1);
     }
-    let loaded = loader::load(&LoadOptions { trace_all: false });
+    let mut loaded = loader::load(&LoadOptions { trace_all: false });
     println!("\nhooks (raw tracepoints)");
-    match &loaded {
+    match &mut loaded {
         Ok(l) => {
             for h in &l.hooks {
                 let state = match &h.error {
@@ -60,6 +61,15 @@ pub fn run() -> Result<i32> {
             for (phase, source) in l.sources() {
                 println!("  {phase:<15} {source}");
             }
+            println!("\nother hook kinds (no default phase needs them)");
+            for c in compat::probe(&mut l.ebpf) {
+                println!(
+                    "  {:<30} {:<8} {}",
+                    c.name,
+                    if c.available { "ok" } else { "no" },
+                    c.detail
+                );
+            }
         }
         Err(e) => {
             println!("  loading failed: {e:#}");
@@ -70,8 +80,8 @@ pub fn run() -> Result<i32> {
         }
     }
     println!(
-        "\nnot used by default: kprobes/fentry (the raw tracepoints above cover every phase), \
-         uprobes (+8 to +18% per spawn; see README)"
+        "\nEvery phase comes from raw tracepoints. Uprobes would bracket the dynamic linker \
+         exactly, but cost +8 to +18% per spawn here, so they are not used (see README)."
     );
     Ok(0)
 }

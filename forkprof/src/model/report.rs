@@ -77,6 +77,8 @@ pub struct ProcessRow {
     pub parent_binary: String,
     pub execs: Vec<ExecRow>,
     pub exit: Option<ExitStatus>,
+    /// Inode-dirty events (atime updates) during this process's execs and ld.so.
+    pub atime_updates: u64,
     pub phases: BTreeMap<&'static str, u64>,
 }
 
@@ -187,7 +189,8 @@ impl Report {
             if p.exit.is_none() {
                 summary.still_running += 1;
             }
-            summary.atime_updates += atime_updates(p);
+            let atime = atime_updates(p);
+            summary.atime_updates += atime;
             if let Some(s) = &p.spawn {
                 spawn_times.push(s.start_ns);
                 *methods.entry(p.method.name()).or_default() += 1;
@@ -234,6 +237,7 @@ impl Report {
                     })
                     .collect(),
                 exit: p.exit_status(),
+                atime_updates: atime,
                 phases: PHASES
                     .iter()
                     .filter_map(|&phase| ph.get(phase).map(|v| (phase.name(), v)))

@@ -86,6 +86,39 @@ fn group_table(
     Ok(())
 }
 
+/// Phases shown per binary: the parts of spawn_cost, the page-table copy and COW faults.
+const BREAKDOWN: [Phase; 9] = [
+    Phase::Fork,
+    Phase::PagetableCopy,
+    Phase::Exec,
+    Phase::ExecFailed,
+    Phase::LdStart,
+    Phase::LdMap,
+    Phase::LdRelocInit,
+    Phase::ExitTeardown,
+    Phase::CowFaults,
+];
+
+/// Mean of each phase per binary ("-" where not measured).
+fn breakdown_table(rows: &[GroupRow], top: usize, out: &mut dyn Write) -> Result<()> {
+    writeln!(out, "\nPhase means per binary (p99 in JSON)")?;
+    let mut header = vec!["binary", "spawn_cost"];
+    header.extend(BREAKDOWN.iter().map(|p| p.name()));
+    let mut t = new_table(&header);
+    for r in rows.iter().filter(|r| r.processes > 0).take(top) {
+        let mut cells = vec![Cell::new(&r.binary)];
+        for phase in std::iter::once(Phase::SpawnCost).chain(BREAKDOWN) {
+            cells.push(Cell::new(match r.phases.get(phase.name()) {
+                Some(s) if s.count > 0 => value(phase, s.mean),
+                _ => "-".into(),
+            }));
+        }
+        t.add_row(cells);
+    }
+    writeln!(out, "{t}")?;
+    Ok(())
+}
+
 pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
     let s = &report.summary;
     let how = match report.exit {
@@ -155,6 +188,7 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
         top,
         out,
     )?;
+    breakdown_table(&report.binaries, top, out)?;
     group_table(
         "Parents (by total spawn cost of their children)",
         "parent binary",

@@ -10,3 +10,6 @@ pub use method::Method;
 pub use phases::{PHASES, Phases};
 pub use report::Report;
 pub use trace::{Process, Trace};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,193 @@
+//! The model from synthetic records: no kernel involved.
+use forkprof_common::{
+    ARG_LEN, ARG_SLOTS, COMM_LEN, ExecRecord, ExitRecord, LdRecord, PATH_LEN, ProcKey,
+    RecordHeader, SpawnRecord, kind, ld_outcome,
+};
+
+use super::report::{Context, Report};
+use super::{Method, Phases, Trace, phases::Phase};
+use crate::records::Record;
+
+fn key(pid: u32, start_ns: u64) -> ProcKey {
+    ProcKey {
+        start_ns,
+        pid,
+        _pad: 0,
+    }
+}
+
+fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {
+    RecordHeader {
+        kind,
+        _pad: 0,
+        ts_ns,
+        proc,
+    }
+}
+
+fn spawn(parent: ProcKey, child: ProcKey, syscall: u32, flags: u64) -> Record {
+    Record::Spawn(SpawnRecord {
+        hdr: hdr(kind::SPAWN, child.start_ns + 10, child),
+        parent,
+        parent_tid: parent.pid,
+        child_tid: child.pid,
+        clone_flags: flags,
+        syscall,
+        errno: 0,
+        start_ns: child.start_ns - 5,
+        fork_ns: 40_000,
+        pagetable_copy_ns: 30_000,
+        vfork_wait_ns: 0,
+        parent_comm: [0; COMM_LEN],
+    })
+}
+
+fn exec(proc: ProcKey, ts: u64, path: &[u8], errno: i32, cow: u64) -> Record {
+    let mut rec = ExecRecord {
+        hdr: hdr(kind::EXEC, ts, proc),
+        tid: proc.pid,
+        errno,
+        start_ns: ts - 100_000,
+        exec_prepare_ns: if errno == 0 { 30_000 } else { 0 },
+        exec_load_ns: if errno == 0 { 60_000 } else { 0 },
+        exec_ns: if errno == 0 { 100_000 } else { 10_000 },
+        atime_count: 1,
+        argc: 2,
+        atime_ns: 5_000,
+        cow_faults: cow,
+        path: [0; PATH_LEN],
+        args: [[0; ARG_LEN]; ARG_SLOTS],
+    };
+    rec.path[..path.len()].copy_from_slice(path);
+    rec.args[0][..path.len().min(ARG_LEN - 1)].copy_from_slice(&path[..path.len().min(ARG_LEN - 1)]);
+    Record::Exec(Box::new(rec))
+}
+
+fn ld(proc: ProcKey, outcome: u32) -> Record {
+    Record::Ld(LdRecord {
+        hdr: hdr(kind::LD, 0, proc),
+        outcome,
+        openat_count: 2,
+        ld_start_ns: 150_000,
+        ld_map_ns: 200_000,
+        ld_reloc_init_ns: 50_000,
+        ..Default::default()
+    })
+}
+
+fn exit(proc: ProcKey, code: u32) -> Record {
+    Record::Exit(ExitRecord {
+        hdr: hdr(kind::EXIT, 0, proc),
+        exit_code: code,
+        notified: 1,
+        exit_teardown_ns: 20_000,
+        cow_faults: 0,
+        exit_ns: 0,
+        comm: [0; COMM_LEN],
+    })
+}
+
+const SIGCHLD: u64 = 17;
+
+/// root (pid 1) execs /bin/make; make forks a child (pid 2) which fails one exec, then
+/// execs /bin/cc, links dynamically and exits 0; the records arrive out of order.
+fn sample() -> Trace {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    let child = key(2, 1_000_000);
+    t.ingest(exec(root, 500_000, b"/bin/make", 0, 0));
+    // The child's records before its spawn record (as with vfork).
+    t.ingest(exec(child, 1_200_000, b"/usr/local/bin/cc", libc::ENOENT, 0));
+    t.ingest(exec(child, 1_400_000, b"/bin/cc", 0, 3));
+    t.ingest(spawn(root, child, 56, SIGCHLD));
+    t.ingest(ld(child, ld_outcome::COMPLETE));
+    t.ingest(exit(child, 0));
+    t.ingest(exit(root, 7 << 8));
+    t
+}
+
+#[test]
+fn phases_of_a_forked_dynamic_child() {
+    let t = sample();
+    let child = &t.processes[&key(2, 1_000_000)];
+    assert_eq!(child.method, Method::Fork);
+    let ph = Phases::of(child, false);
+    assert_eq!(ph.get(Phase::Fork), Some(40_000));
+    assert_eq!(ph.get(Phase::PagetableCopy), Some(30_000));
+    assert_eq!(ph.get(Phase::VforkWait), None);
+    assert_eq!(ph.get(Phase::Exec), Some(100_000));
+    assert_eq!(ph.get(Phase::ExecFailed), Some(10_000));
+    assert_eq!(ph.get(Phase::LdMap), Some(200_000));
+    assert_eq!(ph.get(Phase::CowFaults), Some(3));
+    assert_eq!(ph.get(Phase::Atime), Some(10_000));
+    assert_eq!(ph.get(Phase::ExitTeardown), Some(20_000));
+    let parts = 40_000 + 100_000 + 10_000 + 150_000 + 200_000 + 50_000 + 20_000;
+    assert_eq!(ph.get(Phase::SpawnCost), Some(parts));
+}
+
+#[test]
+fn static_binaries_show_zero_ld_and_unknown_loaders_show_nothing() {
+    let mut t = Trace::default();
+    let p = key(5, 10);
+    t.ingest(spawn(key(1, 0), p, 57, SIGCHLD));
+    t.ingest(exec(p, 100_000, b"/bin/static", 0, 0));
+    t.ingest(ld(p, ld_outcome::NO_GLIBC_LD));
+    let proc = &t.processes[&p];
+    assert_eq!(Phases::of(proc, true).get(Phase::LdStart), Some(0));
+    assert_eq!(Phases::of(proc, false).get(Phase::LdStart), None);
+}
+
+#[test]
+fn binaries_follow_exec_and_inherit_from_the_parent() {
+    let t = sample();
+    let b = t.binaries();
+    assert_eq!(b[&key(1, 0)].last, b"/bin/make");
+    assert_eq!(b[&key(2, 1_000_000)].at_spawn, b"/bin/make");
+    assert_eq!(b[&key(2, 1_000_000)].last, b"/bin/cc");
+}
+
+#[test]
+fn report_groups_by_binary_and_parent() {
+    let t = sample();
+    let report = Report::build(
+        &t,
+        &Context {
+            command: vec!["make".into()],
+            exit: None,
+            wall_ns: 2_000_000_000,
+            sources: Default::default(),
+            is_static: &|_| false,
+        },
+    );
+    assert_eq!(report.summary.processes, 2);
+    assert_eq!(report.summary.execs, 2);
+    assert_eq!(report.summary.failed_execs, 1);
+    assert_eq!(report.summary.atime_updates, 3);
+    assert_eq!(report.methods.get("fork"), Some(&1));
+    assert_eq!(report.summary.spawn_rate_peak_per_s, 1);
+    assert!((report.summary.spawn_rate_mean_per_s - 0.5).abs() < 1e-9);
+    let cc = report.binaries.iter().find(|r| r.binary == "/bin/cc").unwrap();
+    assert_eq!((cc.processes, cc.execs), (1, 1));
+    let failed = report
+        .binaries
+        .iter()
+        .find(|r| r.binary == "/usr/local/bin/cc")
+        .unwrap();
+    assert_eq!((failed.processes, failed.failed_execs), (0, 1));
+    let make = report.parents.iter().find(|r| r.binary == "/bin/make").unwrap();
+    assert_eq!((make.processes, make.failed_execs), (1, 1));
+    // Sorted by total spawn cost: the child (cc) costs more than the root (make).
+    assert_eq!(report.binaries[0].binary, "/bin/cc");
+    let root = report.processes.iter().find(|p| p.pid == 1).unwrap();
+    assert_eq!(root.exit, Some(super::trace::ExitStatus::Code(7)));
+}
+
+#[test]
+fn exit_status_decoding() {
+    use super::trace::ExitStatus;
+    assert_eq!(ExitStatus::from_wait_code(7 << 8), ExitStatus::Code(7));
+    assert_eq!(ExitStatus::from_wait_code(9), ExitStatus::Signal(9));
+    assert_eq!(ExitStatus::from_wait_code(0x80 | 11), ExitStatus::Signal(11));
+    assert_eq!(ExitStatus::Signal(9).shell_code(), 137);
+}

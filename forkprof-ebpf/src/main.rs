@@ -92,6 +92,18 @@ pub fn forkprof_sched_process_free(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+#[uprobe]
+pub fn forkprof_ld_debug_state(_ctx: ProbeContext) -> u32 {
+    probes::dynlink::on_debug_state();
+    0
+}
+
+#[uprobe]
+pub fn forkprof_libc_start_main(_ctx: ProbeContext) -> u32 {
+    probes::dynlink::on_libc_start_main();
+    0
+}
+
 // Capability probes for `forkprof doctor`: empty programs that tell whether this kernel lets
 // forkprof load and attach kprobes, fentry and uprobes. No phase depends on them.
 

@@ -47,6 +47,10 @@ pub static EXEC_SCRATCH: PerCpuArray<ExecRecord> = PerCpuArray::with_max_entries
 #[unsafe(no_mangle)]
 static TRACE_ALL: u32 = 0;
 
+/// 1: the dynamic-linker brackets come from uprobes (`--precise-ld`), not from syscalls.
+#[unsafe(no_mangle)]
+static PRECISE_LD: u32 = 0;
+
 /// task_struct offsets for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
 static TASK_OFFSETS: TaskOffsets = TaskOffsets {
@@ -79,6 +83,12 @@ pub fn trace_all() -> bool {
     // SAFETY: a read of a global that the loader may have rewritten; volatile so the compiler
     // does not fold the initial value.
     unsafe { core::ptr::read_volatile(&TRACE_ALL) != 0 }
+}
+
+#[inline(always)]
+pub fn precise_ld() -> bool {
+    // SAFETY: as in `trace_all`.
+    unsafe { core::ptr::read_volatile(&PRECISE_LD) != 0 }
 }
 
 #[inline(always)]

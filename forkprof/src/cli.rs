@@ -43,6 +43,10 @@ pub struct ReportArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub output: ReportArgs,
+    /// Bracket the dynamic linker with uprobes (ld.so `_dl_debug_state`, libc
+    /// `__libc_start_main`) instead of its syscalls: exact, but costlier per spawn.
+    #[arg(long)]
+    pub precise_ld: bool,
     /// The command to trace, and its arguments.
     #[arg(
         required = true,

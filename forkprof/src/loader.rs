@@ -182,17 +182,22 @@ pub fn check_privileges() -> Result<()> {
     Ok(())
 }
 
+#[derive(Default)]
 pub struct LoadOptions {
     /// Trace every process (record/top/monitor) rather than one tree (run).
     pub trace_all: bool,
+    /// Bracket the dynamic linker with uprobes instead of its syscalls.
+    pub precise_ld: bool,
 }
 
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let offsets = btf::kernel_task_offsets()?;
     let trace_all = u32::from(opts.trace_all);
+    let precise_ld = u32::from(opts.precise_ld);
     let mut ebpf = EbpfLoader::new()
         .override_global("TRACE_ALL", &trace_all, true)
+        .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("TASK_OFFSETS", &offsets, true)
         .load(aya::include_bytes_aligned!(concat!(
             env!("OUT_DIR"),

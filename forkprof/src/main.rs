@@ -7,6 +7,7 @@ mod cmd;
 mod collector;
 mod compat;
 mod elf;
+mod ldprobes;
 mod loader;
 mod model;
 mod output;

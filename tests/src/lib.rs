@@ -83,12 +83,18 @@ impl Run {
 
 /// `forkprof run --json --report <tmp> -- cmd...`, returning its output and parsed report.
 pub fn run_traced(cmd: &[&str], configure: impl FnOnce(&mut Command)) -> Run {
+    run_traced_with(&[], cmd, configure)
+}
+
+/// As `run_traced`, with extra `forkprof run` flags.
+pub fn run_traced_with(flags: &[&str], cmd: &[&str], configure: impl FnOnce(&mut Command)) -> Run {
     require_root();
     let dir = tempdir();
     let report_path = dir.join("report.json");
     let mut c = Command::new(forkprof());
     c.args(["run", "--json", "--report"])
         .arg(&report_path)
+        .args(flags)
         .arg("--")
         .args(cmd);
     configure(&mut c);

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use forkprof_tests::{Run, run_traced, tempdir, workload};
+use forkprof_tests::{Run, run_traced, run_traced_with, tempdir, workload};
 use serde_json::Value;
 
 fn mean(v: &[f64]) -> f64 {
@@ -197,10 +197,11 @@ impl Drop for Fixtures {
 
 /// Runs exec_timer N times on `binary` under forkprof: returns (truth exec→main per run,
 /// forkprof's processes for that binary).
-fn exec_to_main(fx: &Fixtures, binary: &str, n: usize) -> (Vec<f64>, Run) {
+fn exec_to_main(fx: &Fixtures, flags: &[&str], binary: &str, n: usize) -> (Vec<f64>, Run) {
     let timer = fx.dir.join("exec_timer");
     let target = fx.dir.join(binary);
-    let run = run_traced(
+    let run = run_traced_with(
+        flags,
         &[
             timer.to_str().unwrap(),
             &n.to_string(),
@@ -248,7 +249,7 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
     let n = 40;
     let mut ld_map = Vec::new();
     for binary in ["main_static", "main_dynamic", "main_libs"] {
-        let (truth, run) = exec_to_main(&fx, binary, n);
+        let (truth, run) = exec_to_main(&fx, &[], binary, n);
         let (exec, ld) = phase_means(&run, binary);
         let truth = mean(&truth);
         eprintln!(
@@ -273,6 +274,33 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
         ld_map[2] > ld_map[1] * 1.5,
         "ld_map should grow with the number of libraries: {ld_map:?}"
     );
+}
+
+/// `--precise-ld`: uprobes give the outer edges of the dynamic linker, constructors included,
+/// so exec + ld_* covers exec → main even more closely.
+#[test]
+fn precise_ld_matches_exec_to_main() {
+    let fx = Fixtures::build();
+    for binary in ["main_dynamic", "main_libs"] {
+        let (truth, run) = exec_to_main(&fx, &["--precise-ld"], binary, 30);
+        assert!(
+            run.report["sources"]["ld_start"]
+                .as_str()
+                .unwrap()
+                .starts_with("uprobe"),
+            "{}",
+            run.report["sources"]
+        );
+        let (exec, ld) = phase_means(&run, binary);
+        let truth = mean(&truth);
+        eprintln!(
+            "--precise-ld {binary}: exec→main {:.1} us; exec {:.1} + ld {:?} us",
+            truth / 1e3,
+            exec / 1e3,
+            ld.map(|v| (v / 1e2).round() / 10.0)
+        );
+        assert_close(binary, exec + ld.iter().sum::<f64>(), truth, 0.10, 30_000.0);
+    }
 }
 
 /// An ext4 image loop-mounted with `options`, unmounted on drop.

@@ -1,6 +1,13 @@
 //! The dynamic linker after exec, bracketed by glibc ld.so's own syscalls (no uprobes):
 //! exec done -> access("/etc/ld.so.preload") [ld_start] -> arch_prctl(ARCH_SET_FS) once all
 //! objects are mapped [ld_map] -> munmap of ld.so.cache, ld.so's last syscall [ld_reloc_init].
+//!
+//! With `--precise-ld` (global PRECISE_LD), uprobes give the outer boundaries: ld.so's first
+//! `_dl_debug_state` call (RT_ADD, before any object is loaded) ends `ld_start`, and libc's
+//! `__libc_start_main` ends `ld_reloc_init`, so library constructors are included. The
+//! map/relocate boundary stays `arch_prctl(ARCH_SET_FS)`: glibc's second `_dl_debug_state`
+//! (RT_CONSISTENT) comes only after relocation, just before the ld.so.cache munmap, so it
+//! cannot split mapping from relocation (docs/kernel-findings.md).
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
     LD_MAX_SYSCALLS, LD_START_MAX_SYSCALLS, LdRecord, ProcState, RecordHeader, active, kind,
@@ -26,9 +33,10 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
         let regs_ptr: *const u8 = ctx.arg(0);
         maps::read_kernel_u64(regs_ptr, regs::DI) == ARCH_SET_FS
     };
+    let precise = maps::precise_ld();
     match ps.ld_state {
         ld_state::START => {
-            if id == nr::ACCESS {
+            if id == nr::ACCESS && !precise {
                 ps.ld_t1 = maps::now();
                 ps.ld_state = ld_state::MAP;
             } else if (id == nr::ARCH_PRCTL && set_fs()) || ps.ld_syscalls > LD_START_MAX_SYSCALLS {
@@ -45,7 +53,7 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
             }
         }
         _ => {
-            if id == nr::MUNMAP {
+            if id == nr::MUNMAP && !precise {
                 close(ps, ld_outcome::COMPLETE);
                 return;
             }
@@ -53,6 +61,39 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     }
     if ps.ld_syscalls > LD_MAX_SYSCALLS {
         close(ps, ld_outcome::INCOMPLETE);
+    }
+}
+
+/// uprobe on ld.so's `_dl_debug_state`: its first call ends `ld_start`; later ones are ignored.
+pub fn on_debug_state() {
+    if maps::active(active::LD) == 0 {
+        return;
+    }
+    let (tgid, _) = maps::current_ids();
+    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+        return;
+    };
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *ps };
+    if ps.ld_state == ld_state::START {
+        ps.ld_t1 = maps::now();
+        ps.ld_state = ld_state::MAP;
+    }
+}
+
+/// uprobe on libc's `__libc_start_main`: relocation and constructors are done.
+pub fn on_libc_start_main() {
+    if maps::active(active::LD) == 0 {
+        return;
+    }
+    let (tgid, _) = maps::current_ids();
+    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+        return;
+    };
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *ps };
+    if ps.ld_state == ld_state::RELOC {
+        close(ps, ld_outcome::COMPLETE);
     }
 }
 

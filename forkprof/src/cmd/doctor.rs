@@ -40,7 +40,7 @@ pub fn run() -> Result<i32> {
     if !privileged {
         return Ok(1);
     }
-    let mut loaded = loader::load(&LoadOptions { trace_all: false });
+    let mut loaded = loader::load(&LoadOptions::default());
     println!("\nhooks (raw tracepoints)");
     match &mut loaded {
         Ok(l) => {

@@ -16,6 +16,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cli::{ReportArgs, RunArgs};
 use crate::collector::Collector;
 use crate::elf::LoaderCache;
+use crate::ldprobes::LdProbes;
 use crate::loader::{self, LoadOptions};
 use crate::model::{
     Report, Trace,
@@ -108,8 +109,15 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         return Ok(code);
     }
     let user = InvokingUser::from_env()?;
-    let mut loaded = loader::load(&LoadOptions { trace_all: false })?;
-    let sources = loaded.sources();
+    let mut loaded = loader::load(&LoadOptions {
+        trace_all: false,
+        precise_ld: args.precise_ld,
+    })?;
+    let mut ld_probes = if args.precise_ld {
+        Some(LdProbes::new(&mut loaded.ebpf).context("--precise-ld")?)
+    } else {
+        None
+    };
     let procs_fd = {
         let map = loaded.ebpf.map("PROCS").context("map PROCS missing")?;
         let aya::maps::Map::HashMap(data) = map else {
@@ -160,6 +168,17 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     let pid = child.id();
     let mut trace = Trace::default();
     trace.set_root(pid);
+    if ld_probes.is_some() {
+        trace.new_execs = Some(Vec::new());
+    }
+    let ebpf = &mut loaded.ebpf;
+    let mut discover = |trace: &mut Trace| {
+        if let (Some(probes), Some(log)) = (ld_probes.as_mut(), trace.new_execs.as_mut()) {
+            for (pid, path) in log.drain(..) {
+                probes.on_exec(ebpf, pid, &path);
+            }
+        }
+    };
 
     let status = runtime.block_on(async {
         let mut waiter = tokio::task::spawn_blocking(move || wait_for(pid));
@@ -180,13 +199,22 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         loop {
             tokio::select! {
                 status = &mut waiter => break status.context("waiting for the command"),
-                r = collector.collect(&mut trace) => r?,
+                r = collector.collect(&mut trace) => {
+                    r?;
+                    discover(&mut trace);
+                }
             }
         }
     })??;
     let wall_ns = started.elapsed().as_nanos() as u64;
     collector.drain(&mut trace);
     collector.read_losses(&mut trace)?;
+    let mut sources = loaded.sources();
+    if let Some(probes) = &ld_probes {
+        for phase in ["ld_start", "ld_map", "ld_reloc_init"] {
+            sources.insert(phase, probes.describe());
+        }
+    }
 
     let loaders = LoaderCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);

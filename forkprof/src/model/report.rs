@@ -40,6 +40,9 @@ pub struct SummaryCounts {
     pub spawn_rate_mean_per_s: f64,
     pub spawn_rate_peak_per_s: u64,
     pub atime_updates: u64,
+    /// Total `spawn_cost` of all processes divided by wall time (can exceed 1 when
+    /// processes spawn in parallel).
+    pub spawn_cost_share_of_wall: f64,
     /// Always present, even when 0.
     pub lost_events: u64,
     pub lost: LostCounts,
@@ -249,6 +252,10 @@ impl Report {
             summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
         }
         summary.spawn_rate_peak_per_s = peak_per_second(&spawn_times);
+        let spawn_cost: u64 = all.get(&Phase::SpawnCost).map_or(0, |v| v.iter().sum());
+        if ctx.wall_ns > 0 {
+            summary.spawn_cost_share_of_wall = spawn_cost as f64 / ctx.wall_ns as f64;
+        }
         Self {
             schema_version: SCHEMA_VERSION,
             forkprof_version: env!("CARGO_PKG_VERSION"),

@@ -59,7 +59,8 @@ fn exec(proc: ProcKey, ts: u64, path: &[u8], errno: i32, cow: u64) -> Record {
         args: [[0; ARG_LEN]; ARG_SLOTS],
     };
     rec.path[..path.len()].copy_from_slice(path);
-    rec.args[0][..path.len().min(ARG_LEN - 1)].copy_from_slice(&path[..path.len().min(ARG_LEN - 1)]);
+    rec.args[0][..path.len().min(ARG_LEN - 1)]
+        .copy_from_slice(&path[..path.len().min(ARG_LEN - 1)]);
     Record::Exec(Box::new(rec))
 }
 
@@ -98,7 +99,13 @@ fn sample() -> Trace {
     let child = key(2, 1_000_000);
     t.ingest(exec(root, 500_000, b"/bin/make", 0, 0));
     // The child's records before its spawn record (as with vfork).
-    t.ingest(exec(child, 1_200_000, b"/usr/local/bin/cc", libc::ENOENT, 0));
+    t.ingest(exec(
+        child,
+        1_200_000,
+        b"/usr/local/bin/cc",
+        libc::ENOENT,
+        0,
+    ));
     t.ingest(exec(child, 1_400_000, b"/bin/cc", 0, 3));
     t.ingest(spawn(root, child, 56, SIGCHLD));
     t.ingest(ld(child, ld_outcome::COMPLETE));
@@ -167,7 +174,11 @@ fn report_groups_by_binary_and_parent() {
     assert_eq!(report.methods.get("fork"), Some(&1));
     assert_eq!(report.summary.spawn_rate_peak_per_s, 1);
     assert!((report.summary.spawn_rate_mean_per_s - 0.5).abs() < 1e-9);
-    let cc = report.binaries.iter().find(|r| r.binary == "/bin/cc").unwrap();
+    let cc = report
+        .binaries
+        .iter()
+        .find(|r| r.binary == "/bin/cc")
+        .unwrap();
     assert_eq!((cc.processes, cc.execs), (1, 1));
     let failed = report
         .binaries
@@ -175,7 +186,11 @@ fn report_groups_by_binary_and_parent() {
         .find(|r| r.binary == "/usr/local/bin/cc")
         .unwrap();
     assert_eq!((failed.processes, failed.failed_execs), (0, 1));
-    let make = report.parents.iter().find(|r| r.binary == "/bin/make").unwrap();
+    let make = report
+        .parents
+        .iter()
+        .find(|r| r.binary == "/bin/make")
+        .unwrap();
     assert_eq!((make.processes, make.failed_execs), (1, 1));
     // Sorted by total spawn cost: the child (cc) costs more than the root (make).
     assert_eq!(report.binaries[0].binary, "/bin/cc");
@@ -188,6 +203,9 @@ fn exit_status_decoding() {
     use super::trace::ExitStatus;
     assert_eq!(ExitStatus::from_wait_code(7 << 8), ExitStatus::Code(7));
     assert_eq!(ExitStatus::from_wait_code(9), ExitStatus::Signal(9));
-    assert_eq!(ExitStatus::from_wait_code(0x80 | 11), ExitStatus::Signal(11));
+    assert_eq!(
+        ExitStatus::from_wait_code(0x80 | 11),
+        ExitStatus::Signal(11)
+    );
     assert_eq!(ExitStatus::Signal(9).shell_code(), 137);
 }

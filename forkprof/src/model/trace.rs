@@ -141,6 +141,8 @@ pub struct Trace {
     pub last_ns: u64,
     /// The process `forkprof run` started.
     pub root: Option<ProcKey>,
+    /// Successful execs (pid, path) not yet taken by `take_new_execs`, when enabled.
+    pub new_execs: Option<Vec<(u32, Vec<u8>)>>,
 }
 
 impl Trace {
@@ -185,6 +187,11 @@ impl Trace {
             }
             Record::Exec(r) => {
                 let attempt = ExecAttempt::from(r.as_ref());
+                if let Some(log) = &mut self.new_execs
+                    && attempt.errno == 0
+                {
+                    log.push((r.hdr.proc.pid, attempt.path.clone()));
+                }
                 self.process(r.hdr.proc).execs.push(attempt);
             }
             Record::Ld(r) => self.process(r.hdr.proc).lds.push(r),

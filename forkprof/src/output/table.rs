@@ -100,9 +100,15 @@ const BREAKDOWN: [Phase; 9] = [
 ];
 
 /// Mean of each phase per binary ("-" where not measured).
-fn breakdown_table(rows: &[GroupRow], top: usize, out: &mut dyn Write) -> Result<()> {
-    writeln!(out, "\nPhase means per binary (p99 in JSON)")?;
-    let mut header = vec!["binary", "spawn_cost"];
+fn breakdown_table(
+    title: &str,
+    first: &str,
+    rows: &[GroupRow],
+    top: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(out, "\n{title}")?;
+    let mut header = vec![first, "spawn_cost"];
     header.extend(BREAKDOWN.iter().map(|p| p.name()));
     let mut t = new_table(&header);
     for r in rows.iter().filter(|r| r.processes > 0).take(top) {
@@ -149,6 +155,12 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
             s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable
         )?;
     }
+    writeln!(
+        out,
+        "  spawn cost {} in all = {:.1}% of wall time",
+        duration(report.phases.get("spawn_cost").map_or(0, |p| p.total)),
+        100.0 * s.spawn_cost_share_of_wall
+    )?;
     writeln!(out, "  methods: {}", methods(&report.methods))?;
 
     writeln!(out, "\nPhases (per process)")?;
@@ -188,9 +200,22 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
         top,
         out,
     )?;
-    breakdown_table(&report.binaries, top, out)?;
+    breakdown_table(
+        "Phase means per binary (percentiles in --json)",
+        "binary",
+        &report.binaries,
+        top,
+        out,
+    )?;
     group_table(
         "Parents (by total spawn cost of their children)",
+        "parent binary",
+        &report.parents,
+        top,
+        out,
+    )?;
+    breakdown_table(
+        "Phase means of the children, per parent binary",
         "parent binary",
         &report.parents,
         top,

@@ -1,18 +1,6 @@
-//! forkprof: parse, dispatch, print errors. Everything else lives in the modules.
+//! forkprof: parse, dispatch, print errors. Everything else lives in the library.
 use clap::Parser as _;
-
-mod btf;
-mod cli;
-mod cmd;
-mod collector;
-mod compat;
-mod elf;
-mod ldprobes;
-mod loader;
-mod model;
-mod output;
-mod privilege;
-mod records;
+use forkprof::{cli, cmd};
 
 fn main() {
     let cli = cli::Cli::parse();

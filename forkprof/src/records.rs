@@ -57,8 +57,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     }
 }
 
-/// The bytes of a record, for tests.
-#[cfg(test)]
+/// The bytes of a record: what the kernel sends (used by tests, fuzzing and replay).
 pub fn encode<T: Copy>(record: &T) -> Vec<u8> {
     // SAFETY: `T` is a repr(C) record with explicit padding; all bytes are initialized.
     unsafe { std::slice::from_raw_parts((record as *const T).cast::<u8>(), size_of::<T>()) }

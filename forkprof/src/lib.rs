@@ -1,0 +1,15 @@
+//! forkprof as a library: the binary (`main.rs`) only parses and dispatches. Everything that
+//! turns kernel records into numbers (`records`, `model`, `output`) is usable, and tested,
+//! without root; the rest loads and drives the eBPF programs.
+pub mod btf;
+pub mod cli;
+pub mod cmd;
+pub mod collector;
+pub mod compat;
+pub mod elf;
+pub mod ldprobes;
+pub mod loader;
+pub mod model;
+pub mod output;
+pub mod privilege;
+pub mod records;

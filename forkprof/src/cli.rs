@@ -3,6 +3,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::model::report::{GroupBy, SortBy};
+
 #[derive(Parser, Debug)]
 #[command(
     name = "forkprof",
@@ -22,8 +24,93 @@ pub struct Cli {
 pub enum Command {
     /// Trace a command and all its descendants, then report (needs root: run with sudo).
     Run(RunArgs),
+    /// Record process creation to an SQLite file until stopped (needs root).
+    Record(RecordArgs),
+    /// Report on a recording made by `record` or `run -o`.
+    Report(ReportCmdArgs),
     /// Show which kernel hooks load here, and why any are missing.
     Doctor,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordingArgs {
+    /// Do not record command-line arguments (they can hold secrets); argc is kept.
+    #[arg(long)]
+    pub no_args: bool,
+    /// Bracket the dynamic linker with uprobes (ld.so `_dl_debug_state`, libc
+    /// `__libc_start_main`) instead of its syscalls: exact, but costlier per spawn.
+    #[arg(long)]
+    pub precise_ld: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// The recording to write (SQLite, mode 0600).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Stop after this long (e.g. 30s, 5m, 1h); otherwise at SIGINT or SIGTERM.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Option<std::time::Duration>,
+    /// Trace only this process and its descendants instead of the whole system.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pid: Option<u32>,
+    #[command(flatten)]
+    pub recording: RecordingArgs,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    if let Ok(secs) = s.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Ok(std::time::Duration::from_secs_f64(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{e} (try 30s, 5m or 1h)"))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportCmdArgs {
+    /// The recording.
+    pub file: PathBuf,
+    /// How to group processes.
+    #[arg(long, value_enum, default_value_t = GroupBy::Binary)]
+    pub by: GroupBy,
+    /// Order of the rows (by spawn cost, or by number of processes).
+    #[arg(long, value_enum, default_value_t = SortBy::Total)]
+    pub sort: SortBy,
+    /// Rows shown in each table.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub top: usize,
+    /// Only processes whose binary path contains TEXT.
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
+    /// Only processes created at least this long after the recording's first record.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub from: Option<std::time::Duration>,
+    /// Only processes created less than this long after the first record.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub to: Option<std::time::Duration>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Include one row per process in JSON output.
+    #[arg(long)]
+    pub processes: bool,
+    /// Write a flame graph (SVG) of spawn cost by process ancestry.
+    #[arg(long, value_name = "OUT.svg")]
+    pub flamegraph: Option<PathBuf>,
+    /// Write the folded stacks behind the flame graph.
+    #[arg(long, value_name = "OUT")]
+    pub folded: Option<PathBuf>,
+    /// Write a trace-event JSON timeline for ui.perfetto.dev or chrome://tracing.
+    #[arg(long, value_name = "OUT.json")]
+    pub perfetto: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -42,11 +129,12 @@ pub struct ReportArgs {
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub output: ReportArgs,
-    /// Bracket the dynamic linker with uprobes (ld.so `_dl_debug_state`, libc
-    /// `__libc_start_main`) instead of its syscalls: exact, but costlier per spawn.
-    #[arg(long)]
-    pub precise_ld: bool,
+    pub output_format: ReportArgs,
+    /// Also record to this SQLite file (as `record -o`).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub recording: RecordingArgs,
     /// The command to trace, and its arguments.
     #[arg(
         required = true,

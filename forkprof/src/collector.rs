@@ -5,7 +5,14 @@ use forkprof_common::stat;
 use tokio::io::{Interest, unix::AsyncFd};
 
 use crate::model::Trace;
+use crate::recording::Writer;
 use crate::records::decode;
+
+/// Where decoded records go: the in-memory trace, and the recording when there is one.
+pub struct Sink<'a> {
+    pub trace: &'a mut Trace,
+    pub writer: Option<&'a Writer>,
+}
 
 /// How often the agent collects records when the kernel has not woken it.
 pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
@@ -32,21 +39,21 @@ impl Collector {
     /// Waits until the kernel wakes the agent (the ring buffer is filling up) or `POLL`
     /// passes, then folds every queued record into `trace`. The kernel only wakes the agent
     /// past a fill threshold, so that tracing does not schedule the agent on every record.
-    pub async fn collect(&mut self, trace: &mut Trace) -> Result<()> {
+    pub async fn collect(&mut self, sink: &mut Sink<'_>) -> Result<()> {
         tokio::select! {
             guard = self.ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), trace);
+                drain(guard.get_inner_mut(), sink);
                 guard.clear_ready();
             }
-            _ = tokio::time::sleep(POLL) => drain(self.ring.get_mut(), trace),
+            _ = tokio::time::sleep(POLL) => drain(self.ring.get_mut(), sink),
         }
         Ok(())
     }
 
     /// Reads whatever is in the ring buffer now, without waiting.
-    pub fn drain(&mut self, trace: &mut Trace) {
-        drain(self.ring.get_mut(), trace);
+    pub fn drain(&mut self, sink: &mut Sink<'_>) {
+        drain(self.ring.get_mut(), sink);
     }
 
     /// Copies the kernel's loss counters into `trace` (they are cumulative).
@@ -58,11 +65,16 @@ impl Collector {
     }
 }
 
-fn drain(ring: &mut RingBuf<MapData>, trace: &mut Trace) {
+fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
     while let Some(item) = ring.next() {
         match decode(&item) {
-            Ok(record) => trace.ingest(record),
-            Err(_) => trace.lost.undecodable += 1,
+            Ok(record) => {
+                if let Some(w) = sink.writer {
+                    w.record(&record);
+                }
+                sink.trace.ingest(record);
+            }
+            Err(_) => sink.trace.lost.undecodable += 1,
         }
     }
 }

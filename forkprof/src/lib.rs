@@ -12,4 +12,6 @@ pub mod loader;
 pub mod model;
 pub mod output;
 pub mod privilege;
+pub mod recording;
 pub mod records;
+pub mod session;

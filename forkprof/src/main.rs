@@ -7,6 +7,8 @@ fn main() {
     let verbose = cli.verbose;
     let result = match cli.command {
         cli::Command::Run(args) => cmd::run::run(args, verbose),
+        cli::Command::Record(args) => cmd::record::run(args),
+        cli::Command::Report(args) => cmd::report::run(args),
         cli::Command::Doctor => cmd::doctor::run(),
     };
     match result {

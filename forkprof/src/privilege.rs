@@ -115,6 +115,11 @@ pub fn create_private_file(path: &Path, owner: Option<&InvokingUser>) -> Result<
         .mode(0o600)
         .open(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
+    // A device or pipe (/dev/null, /dev/stdout) is written to as it is, never re-moded.
+    let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !regular {
+        return Ok(file);
+    }
     use std::os::unix::fs::PermissionsExt as _;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("cannot set the mode of {}", path.display()))?;

@@ -1,2 +1,4 @@
 pub mod doctor;
+pub mod record;
+pub mod report;
 pub mod run;

@@ -8,23 +8,20 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use aya::maps::MapData;
 use forkprof_common::{ProcKey, ProcState};
-use std::os::fd::AsRawFd as _;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ReportArgs, RunArgs};
-use crate::collector::Collector;
 use crate::elf::LoaderCache;
-use crate::ldprobes::LdProbes;
-use crate::loader::{self, LoadOptions};
+use crate::loader;
 use crate::model::{
-    Report, Trace,
+    Report,
     report::{Context, escape},
     trace::ExitStatus,
 };
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
+use crate::session::{Options, Session};
 
 /// Exit codes of `run` besides the command's own.
 pub const EXIT_NOT_FOUND: i32 = 127;
@@ -109,28 +106,23 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         return Ok(code);
     }
     let user = InvokingUser::from_env()?;
-    let mut loaded = loader::load(&LoadOptions {
-        trace_all: false,
-        precise_ld: args.precise_ld,
-    })?;
-    let mut ld_probes = if args.precise_ld {
-        Some(LdProbes::new(&mut loaded.ebpf).context("--precise-ld")?)
-    } else {
-        None
-    };
-    let procs_fd = {
-        let map = loaded.ebpf.map("PROCS").context("map PROCS missing")?;
-        let aya::maps::Map::HashMap(data) = map else {
-            anyhow::bail!("map PROCS has an unexpected type");
-        };
-        let data: &MapData = data;
-        data.fd().as_fd_raw()
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let _in_runtime = runtime.enter();
-    let mut collector = Collector::new(&mut loaded.ebpf)?;
+    let command = command_line(&args.command);
+    let mut session = Session::start(Options {
+        trace_all: false,
+        precise_ld: args.recording.precise_ld,
+        output: args.output.clone(),
+        keep_args: !args.recording.no_args,
+        owner: user.clone(),
+        meta: vec![
+            ("mode".into(), "run".into()),
+            ("command".into(), serde_json::to_string(&command)?),
+        ],
+    })?;
+    let procs_fd = session.procs_fd()?;
 
     let mut cmd = std::process::Command::new(program);
     cmd.args(&args.command[1..]);
@@ -166,69 +158,48 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         }
     };
     let pid = child.id();
-    let mut trace = Trace::default();
-    trace.set_root(pid);
-    if ld_probes.is_some() {
-        trace.new_execs = Some(Vec::new());
+    session.trace.set_root(pid);
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ] {
+        let mut stream = signal(kind)?;
+        runtime.spawn(async move {
+            while stream.recv().await.is_some() {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid as i32, kind.as_raw_value()) };
+            }
+        });
     }
-    let ebpf = &mut loaded.ebpf;
-    let mut discover = |trace: &mut Trace| {
-        if let (Some(probes), Some(log)) = (ld_probes.as_mut(), trace.new_execs.as_mut()) {
-            for (pid, path) in log.drain(..) {
-                probes.on_exec(ebpf, pid, &path);
-            }
-        }
-    };
-
-    let status = runtime.block_on(async {
-        let mut waiter = tokio::task::spawn_blocking(move || wait_for(pid));
-        for kind in [
-            SignalKind::interrupt(),
-            SignalKind::terminate(),
-            SignalKind::hangup(),
-            SignalKind::quit(),
-        ] {
-            let mut stream = signal(kind)?;
-            tokio::spawn(async move {
-                while stream.recv().await.is_some() {
-                    // SAFETY: kill has no memory-safety preconditions.
-                    unsafe { libc::kill(pid as i32, kind.as_raw_value()) };
-                }
-            });
-        }
-        loop {
-            tokio::select! {
-                status = &mut waiter => break status.context("waiting for the command"),
-                r = collector.collect(&mut trace) => {
-                    r?;
-                    discover(&mut trace);
-                }
-            }
-        }
-    })??;
+    let waiter = tokio::task::spawn_blocking(move || wait_for(pid));
+    let status = runtime
+        .block_on(session.run_until(waiter))?
+        .context("waiting for the command")??;
     let wall_ns = started.elapsed().as_nanos() as u64;
-    collector.drain(&mut trace);
-    collector.read_losses(&mut trace)?;
-    let mut sources = loaded.sources();
-    if let Some(probes) = &ld_probes {
-        for phase in ["ld_start", "ld_map", "ld_reloc_init"] {
-            sources.insert(phase, probes.describe());
-        }
-    }
+    session.drain()?;
 
     let loaders = LoaderCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let report = Report::build(
-        &trace,
+        &session.trace,
         &Context {
-            command: command_line(&args.command),
+            command,
             exit: Some(status),
             wall_ns,
-            sources,
-            is_static: &is_static,
+            sources: session.sources(),
+            ..Context::for_run(&is_static)
         },
     );
-    write_report(&report, &args.output, user.as_ref())?;
+    session.finish(
+        &report,
+        vec![
+            ("root_pid".into(), pid.to_string()),
+            ("exit".into(), serde_json::to_string(&status)?),
+        ],
+    )?;
+    write_report(&report, &args.output_format, user.as_ref())?;
     Ok(status.shell_code())
 }
 
@@ -264,17 +235,6 @@ fn wait_for(pid: u32) -> Result<ExitStatus> {
         }
     }
     Ok(ExitStatus::from_wait_code(status as u32))
-}
-
-trait RawFdOf {
-    fn as_fd_raw(&self) -> i32;
-}
-
-impl RawFdOf for aya::maps::MapFd {
-    fn as_fd_raw(&self) -> i32 {
-        use std::os::fd::AsFd as _;
-        self.as_fd().as_raw_fd()
-    }
 }
 
 #[cfg(test)]

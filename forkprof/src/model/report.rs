@@ -4,9 +4,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use forkprof_common::ProcKey;
+
+use super::hints::Hint;
 use super::phases::{Phase, atime_updates};
 use super::stats::Summary;
-use super::trace::{ExitStatus, LostCounts};
+use super::trace::{Binaries, ExitStatus, LostCounts};
 use super::{Method, PHASES, Phases, Process, Trace};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -24,9 +27,13 @@ pub struct Report {
     /// Which kernel hook measured each phase.
     pub sources: BTreeMap<&'static str, String>,
     pub phases: BTreeMap<&'static str, Summary>,
-    pub binaries: Vec<GroupRow>,
-    pub parents: Vec<GroupRow>,
-    pub processes: Vec<ProcessRow>,
+    /// Grouping ("binary", "parent", "method", "ancestry") -> rows, sorted.
+    pub groups: BTreeMap<&'static str, Vec<GroupRow>>,
+    /// Findings, each with its numbers and what to do.
+    pub hints: Vec<Hint>,
+    /// One row per process (omitted when `Context::processes` is false).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processes: Option<Vec<ProcessRow>>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -52,10 +59,13 @@ pub struct SummaryCounts {
 
 #[derive(Debug, Serialize)]
 pub struct GroupRow {
+    /// The group's key: a binary path, a method, or an ancestry "a;b;c".
     pub binary: String,
     pub processes: u64,
     pub execs: u64,
     pub failed_execs: u64,
+    /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
+    pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
     pub phases: BTreeMap<&'static str, Summary>,
 }
@@ -73,6 +83,8 @@ pub struct ExecRow {
 #[derive(Debug, Serialize)]
 pub struct ProcessRow {
     pub pid: u32,
+    /// When the process was created (CLOCK_MONOTONIC; 0: it existed before tracing).
+    /// (pid, start_ns) identifies a process across pid reuse.
     pub start_ns: u64,
     pub parent_pid: Option<u32>,
     pub method: Method,
@@ -85,6 +97,53 @@ pub struct ProcessRow {
     pub phases: BTreeMap<&'static str, u64>,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GroupBy {
+    /// The binary a process ran last.
+    Binary,
+    /// The binary of the process's parent when it was created.
+    Parent,
+    /// How the process was created.
+    Method,
+    /// The chain of binaries from the root to the process (make;sh;gcc;cc1).
+    Ancestry,
+}
+
+impl GroupBy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Binary => "binary",
+            Self::Parent => "parent",
+            Self::Method => "method",
+            Self::Ancestry => "ancestry",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    /// Total spawn cost.
+    #[default]
+    Total,
+    /// Mean spawn cost.
+    Mean,
+    /// 99th percentile of spawn cost.
+    P99,
+    /// Number of processes.
+    Count,
+}
+
+/// Which processes a report covers.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only processes whose binary path contains this.
+    pub binary: Option<String>,
+    /// Only processes created at or after this many ns from the first record.
+    pub from_ns: Option<u64>,
+    /// ... and before this many ns from the first record.
+    pub to_ns: Option<u64>,
+}
+
 /// What the model needs to know beyond the records.
 pub struct Context<'a> {
     pub command: Vec<String>,
@@ -93,6 +152,28 @@ pub struct Context<'a> {
     pub sources: BTreeMap<&'static str, String>,
     /// True when the binary at this path is statically linked (no ELF interpreter).
     pub is_static: &'a dyn Fn(&[u8]) -> bool,
+    pub groupings: Vec<GroupBy>,
+    pub sort: SortBy,
+    pub filter: Filter,
+    /// Include one row per process.
+    pub processes: bool,
+}
+
+impl<'a> Context<'a> {
+    /// What `forkprof run` reports: binaries and parents, per-process rows.
+    pub fn for_run(is_static: &'a dyn Fn(&[u8]) -> bool) -> Self {
+        Self {
+            command: Vec::new(),
+            exit: None,
+            wall_ns: 0,
+            sources: BTreeMap::new(),
+            is_static,
+            groupings: vec![GroupBy::Binary, GroupBy::Parent],
+            sort: SortBy::Total,
+            filter: Filter::default(),
+            processes: true,
+        }
+    }
 }
 
 /// Shows bytes from the kernel (paths, argv) as text: valid UTF-8 stays as it is; invalid
@@ -115,11 +196,12 @@ pub fn escape(bytes: &[u8]) -> String {
     out
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Group {
     processes: u64,
     execs: u64,
     failed_execs: u64,
+    ld_objects: (u64, u64),
     methods: BTreeMap<&'static str, u64>,
     values: BTreeMap<Phase, Vec<u64>>,
 }
@@ -133,6 +215,22 @@ impl Group {
                 self.values.entry(phase).or_default().push(v);
             }
         }
+        for ld in &p.lds {
+            if ld.outcome == forkprof_common::ld_outcome::COMPLETE {
+                self.ld_objects.0 += u64::from(ld.openat_count.saturating_sub(1));
+                self.ld_objects.1 += 1;
+            }
+        }
+    }
+
+    fn add_execs(&mut self, p: &Process) {
+        for e in &p.execs {
+            if e.errno == 0 {
+                self.execs += 1;
+            } else {
+                self.failed_execs += 1;
+            }
+        }
     }
 
     fn row(mut self, binary: &[u8]) -> GroupRow {
@@ -141,6 +239,8 @@ impl Group {
             processes: self.processes,
             execs: self.execs,
             failed_execs: self.failed_execs,
+            ld_objects_mean: (self.ld_objects.1 > 0)
+                .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),
             methods: self.methods,
             phases: self
                 .values
@@ -151,24 +251,61 @@ impl Group {
     }
 }
 
-fn spawn_cost_total(row: &GroupRow) -> u64 {
-    row.phases.get("spawn_cost").map_or(0, |s| s.total)
+fn sort_key(row: &GroupRow, sort: SortBy) -> u64 {
+    let cost = row.phases.get("spawn_cost");
+    match sort {
+        SortBy::Total => cost.map_or(0, |s| s.total),
+        SortBy::Mean => cost.map_or(0, |s| s.mean),
+        SortBy::P99 => cost.map_or(0, |s| s.p99),
+        SortBy::Count => row.processes,
+    }
 }
 
-fn sorted(groups: HashMap<Vec<u8>, Group>) -> Vec<GroupRow> {
+fn sorted(groups: HashMap<Vec<u8>, Group>, sort: SortBy) -> Vec<GroupRow> {
     let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
     rows.sort_by(|a, b| {
-        spawn_cost_total(b)
-            .cmp(&spawn_cost_total(a))
+        sort_key(b, sort)
+            .cmp(&sort_key(a, sort))
             .then(b.processes.cmp(&a.processes))
             .then(a.binary.cmp(&b.binary))
     });
     rows
 }
 
+/// The last path component, for ancestry frames.
+fn base_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
+
+/// "root;...;parent;self" of binary base names, for every process.
+pub fn ancestries(
+    trace: &Trace,
+    binaries: &HashMap<ProcKey, Binaries>,
+) -> HashMap<ProcKey, Vec<u8>> {
+    let mut out: HashMap<ProcKey, Vec<u8>> = HashMap::with_capacity(trace.processes.len());
+    for p in trace.by_start() {
+        let own = base_name(&binaries[&p.key].last).to_vec();
+        let stack = match p.parent.and_then(|k| out.get(&k)) {
+            Some(parent) => [parent.as_slice(), b";", &own].concat(),
+            None => match p.parent {
+                Some(_) => [base_name(&binaries[&p.key].at_spawn), b";", &own].concat(),
+                None => own,
+            },
+        };
+        out.insert(p.key, stack);
+    }
+    out
+}
+
 impl Report {
     pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
         let binaries = trace.binaries();
+        let ancestry = if ctx.groupings.contains(&GroupBy::Ancestry) {
+            ancestries(trace, &binaries)
+        } else {
+            HashMap::new()
+        };
+        let first_ns = trace.first_ns.unwrap_or(0);
         let mut summary = SummaryCounts {
             threads: trace.threads,
             failed_spawns: trace.failed_spawns,
@@ -179,13 +316,23 @@ impl Report {
         };
         let mut methods: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut all: BTreeMap<Phase, Vec<u64>> = BTreeMap::new();
-        let mut by_binary: HashMap<Vec<u8>, Group> = HashMap::new();
-        let mut by_parent: HashMap<Vec<u8>, Group> = HashMap::new();
+        let mut groups: Vec<HashMap<Vec<u8>, Group>> = vec![HashMap::new(); ctx.groupings.len()];
         let mut processes = Vec::new();
         let mut spawn_times = Vec::new();
 
         for p in trace.by_start() {
             let bins = &binaries[&p.key];
+            if let Some(sub) = &ctx.filter.binary
+                && !escape(&bins.last).contains(sub.as_str())
+            {
+                continue;
+            }
+            let since_first = p.start_ns().saturating_sub(first_ns);
+            if ctx.filter.from_ns.is_some_and(|f| since_first < f)
+                || ctx.filter.to_ns.is_some_and(|t| since_first >= t)
+            {
+                continue;
+            }
             let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
             let ph = Phases::of(p, is_static);
             summary.processes += 1;
@@ -203,49 +350,62 @@ impl Report {
                     all.entry(phase).or_default().push(v);
                 }
             }
-            let bin = by_binary.entry(bins.last.clone()).or_default();
-            bin.add_process(p, &ph);
-            let parent = by_parent.entry(bins.at_spawn.clone()).or_default();
-            parent.add_process(p, &ph);
             for e in &p.execs {
                 if e.errno == 0 {
                     summary.execs += 1;
-                    by_binary.entry(e.path.clone()).or_default().execs += 1;
-                    by_parent.entry(bins.at_spawn.clone()).or_default().execs += 1;
                 } else {
                     summary.failed_execs += 1;
-                    by_binary.entry(e.path.clone()).or_default().failed_execs += 1;
-                    by_parent
-                        .entry(bins.at_spawn.clone())
-                        .or_default()
-                        .failed_execs += 1;
                 }
             }
-            processes.push(ProcessRow {
-                pid: p.key.pid,
-                start_ns: p.start_ns(),
-                parent_pid: p.parent.map(|k| k.pid),
-                method: p.method,
-                binary: escape(&bins.last),
-                parent_binary: escape(&bins.at_spawn),
-                execs: p
-                    .execs
-                    .iter()
-                    .map(|e| ExecRow {
-                        path: escape(&e.path),
-                        args: e.args.iter().map(|a| escape(a)).collect(),
-                        argc: e.argc,
-                        errno: e.errno,
-                        exec_ns: e.exec_ns,
-                    })
-                    .collect(),
-                exit: p.exit_status(),
-                atime_updates: atime,
-                phases: PHASES
-                    .iter()
-                    .filter_map(|&phase| ph.get(phase).map(|v| (phase.name(), v)))
-                    .collect(),
-            });
+            for (by, map) in ctx.groupings.iter().zip(groups.iter_mut()) {
+                let key: &[u8] = match by {
+                    GroupBy::Binary => &bins.last,
+                    GroupBy::Parent => &bins.at_spawn,
+                    GroupBy::Method => p.method.name().as_bytes(),
+                    GroupBy::Ancestry => &ancestry[&p.key],
+                };
+                map.entry(key.to_vec()).or_default().add_process(p, &ph);
+                if *by == GroupBy::Binary {
+                    // Execs count under the path they named, failed ones too.
+                    for e in &p.execs {
+                        let g = map.entry(e.path.clone()).or_default();
+                        if e.errno == 0 {
+                            g.execs += 1;
+                        } else {
+                            g.failed_execs += 1;
+                        }
+                    }
+                } else {
+                    map.entry(key.to_vec()).or_default().add_execs(p);
+                }
+            }
+            if ctx.processes {
+                processes.push(ProcessRow {
+                    pid: p.key.pid,
+                    start_ns: p.key.start_ns,
+                    parent_pid: p.parent.map(|k| k.pid),
+                    method: p.method,
+                    binary: escape(&bins.last),
+                    parent_binary: escape(&bins.at_spawn),
+                    execs: p
+                        .execs
+                        .iter()
+                        .map(|e| ExecRow {
+                            path: escape(&e.path),
+                            args: e.args.iter().map(|a| escape(a)).collect(),
+                            argc: e.argc,
+                            errno: e.errno,
+                            exec_ns: e.exec_ns,
+                        })
+                        .collect(),
+                    exit: p.exit_status(),
+                    atime_updates: atime,
+                    phases: PHASES
+                        .iter()
+                        .filter_map(|&phase| ph.get(phase).map(|v| (phase.name(), v)))
+                        .collect(),
+                });
+            }
         }
         let wall_s = ctx.wall_ns as f64 / 1e9;
         if wall_s > 0.0 {
@@ -256,7 +416,13 @@ impl Report {
         if ctx.wall_ns > 0 {
             summary.spawn_cost_share_of_wall = spawn_cost as f64 / ctx.wall_ns as f64;
         }
-        Self {
+        let groups: BTreeMap<&'static str, Vec<GroupRow>> = ctx
+            .groupings
+            .iter()
+            .zip(groups)
+            .map(|(by, map)| (by.name(), sorted(map, ctx.sort)))
+            .collect();
+        let mut report = Self {
             schema_version: SCHEMA_VERSION,
             forkprof_version: env!("CARGO_PKG_VERSION"),
             command: ctx.command.clone(),
@@ -269,10 +435,16 @@ impl Report {
                 .iter_mut()
                 .map(|(phase, v)| (phase.name(), Summary::of(v)))
                 .collect(),
-            binaries: sorted(by_binary),
-            parents: sorted(by_parent),
-            processes,
-        }
+            groups,
+            hints: Vec::new(),
+            processes: ctx.processes.then_some(processes),
+        };
+        report.hints = super::hints::find(&report);
+        report
+    }
+
+    pub fn group(&self, by: GroupBy) -> &[GroupRow] {
+        self.groups.get(by.name()).map_or(&[], Vec::as_slice)
     }
 }
 

@@ -4,7 +4,7 @@ use forkprof_common::{
     RecordHeader, SpawnRecord, kind, ld_outcome,
 };
 
-use super::report::{Context, Report};
+use super::report::{Context, GroupBy, Report};
 use super::{Method, Phases, Trace, phases::Phase};
 use crate::records::Record;
 
@@ -161,10 +161,8 @@ fn report_groups_by_binary_and_parent() {
         &t,
         &Context {
             command: vec!["make".into()],
-            exit: None,
             wall_ns: 2_000_000_000,
-            sources: Default::default(),
-            is_static: &|_| false,
+            ..Context::for_run(&|_| false)
         },
     );
     assert_eq!(report.summary.processes, 2);
@@ -175,26 +173,32 @@ fn report_groups_by_binary_and_parent() {
     assert_eq!(report.summary.spawn_rate_peak_per_s, 1);
     assert!((report.summary.spawn_rate_mean_per_s - 0.5).abs() < 1e-9);
     let cc = report
-        .binaries
+        .group(GroupBy::Binary)
         .iter()
         .find(|r| r.binary == "/bin/cc")
         .unwrap();
     assert_eq!((cc.processes, cc.execs), (1, 1));
     let failed = report
-        .binaries
+        .group(GroupBy::Binary)
         .iter()
         .find(|r| r.binary == "/usr/local/bin/cc")
         .unwrap();
     assert_eq!((failed.processes, failed.failed_execs), (0, 1));
     let make = report
-        .parents
+        .group(GroupBy::Parent)
         .iter()
         .find(|r| r.binary == "/bin/make")
         .unwrap();
     assert_eq!((make.processes, make.failed_execs), (1, 1));
     // Sorted by total spawn cost: the child (cc) costs more than the root (make).
-    assert_eq!(report.binaries[0].binary, "/bin/cc");
-    let root = report.processes.iter().find(|p| p.pid == 1).unwrap();
+    assert_eq!(report.group(GroupBy::Binary)[0].binary, "/bin/cc");
+    let root = report
+        .processes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|p| p.pid == 1)
+        .unwrap();
     assert_eq!(root.exit, Some(super::trace::ExitStatus::Code(7)));
 }
 

@@ -42,7 +42,12 @@ pub struct ExecAttempt {
 
 impl From<&ExecRecord> for ExecAttempt {
     fn from(r: &ExecRecord) -> Self {
-        let shown = (r.argc as usize).min(r.args.len());
+        // An empty argv[0] slot means the arguments were not recorded (--no-args).
+        let shown = if r.args[0][0] == 0 {
+            0
+        } else {
+            (r.argc as usize).min(r.args.len())
+        };
         Self {
             ts_ns: r.hdr.ts_ns,
             path: c_bytes(&r.path).to_vec(),
@@ -106,7 +111,7 @@ impl Process {
 }
 
 /// A process's end, decoded from the kernel's wait-status encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitStatus {
     Code(i32),

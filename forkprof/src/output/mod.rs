@@ -1,5 +1,8 @@
 //! Renderers of a `Report`.
+pub mod csv;
+pub mod flamegraph;
 pub mod json;
+pub mod perfetto;
 pub mod table;
 
 /// A duration in nanoseconds for people: "812 ns", "41.2 µs", "25.1 ms", "1.20 s".

@@ -193,33 +193,27 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
         };
     }
     writeln!(out, "{t}")?;
-    group_table(
-        "Binaries (by total spawn cost)",
-        "binary",
-        &report.binaries,
-        top,
-        out,
-    )?;
-    breakdown_table(
-        "Phase means per binary (percentiles in --json)",
-        "binary",
-        &report.binaries,
-        top,
-        out,
-    )?;
-    group_table(
-        "Parents (by total spawn cost of their children)",
-        "parent binary",
-        &report.parents,
-        top,
-        out,
-    )?;
-    breakdown_table(
-        "Phase means of the children, per parent binary",
-        "parent binary",
-        &report.parents,
-        top,
-        out,
-    )?;
+    for (by, rows) in &report.groups {
+        let (title, first) = match *by {
+            "binary" => ("Binaries", "binary"),
+            "parent" => ("Parents (their children's spawns)", "parent binary"),
+            "method" => ("Methods", "method"),
+            _ => ("Ancestries", "ancestry"),
+        };
+        group_table(title, first, rows, top, out)?;
+        breakdown_table(
+            &format!("{title}: phase means (percentiles in --json)"),
+            first,
+            rows,
+            top,
+            out,
+        )?;
+    }
+    if !report.hints.is_empty() {
+        writeln!(out, "\nHints")?;
+        for h in &report.hints {
+            writeln!(out, "  - {}", h.text)?;
+        }
+    }
     Ok(())
 }

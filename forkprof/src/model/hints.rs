@@ -1,0 +1,110 @@
+//! Findings: rules over a report, each with a threshold, its numbers and what to do.
+use serde::Serialize;
+
+use super::report::{GroupBy, GroupRow, Report};
+use crate::output::duration;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Hint {
+    /// Stable identifier of the rule.
+    pub rule: &'static str,
+    pub text: String,
+}
+
+/// A parent's forks are worth a hint when this many copy page tables ...
+pub const PAGETABLE_MIN_FORKS: u64 = 10;
+/// ... for at least this long on average.
+pub const PAGETABLE_MIN_MEAN_NS: u64 = 1_000_000;
+/// A binary's dynamic linking is worth a hint when it is this share of its spawn cost ...
+pub const LD_MIN_SHARE: f64 = 0.5;
+/// ... over at least this many processes.
+pub const LD_MIN_PROCESSES: u64 = 10;
+/// An execvp PATH search is worth a hint at this many failed execs per success ...
+pub const PATH_SEARCH_MIN_RATIO: f64 = 1.0;
+/// ... and at least this many failed execs.
+pub const PATH_SEARCH_MIN_FAILED: u64 = 10;
+
+fn phase_total(row: &GroupRow, phase: &str) -> u64 {
+    row.phases.get(phase).map_or(0, |s| s.total)
+}
+
+fn phase_mean(row: &GroupRow, phase: &str) -> Option<u64> {
+    row.phases
+        .get(phase)
+        .filter(|s| s.count > 0)
+        .map(|s| s.mean)
+}
+
+fn base(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+pub fn find(report: &Report) -> Vec<Hint> {
+    let mut hints = Vec::new();
+    for row in report.group(GroupBy::Parent) {
+        let forks = row.methods.get("fork").copied().unwrap_or(0)
+            + row.methods.get("clone3").copied().unwrap_or(0);
+        if let Some(mean) = phase_mean(row, "pagetable_copy")
+            && forks >= PAGETABLE_MIN_FORKS
+            && mean >= PAGETABLE_MIN_MEAN_NS
+        {
+            hints.push(Hint {
+                rule: "pagetable_copy",
+                text: format!(
+                    "`{}` forks with a large address space: page-table copy {} per fork × {forks} forks; posix_spawn or vfork avoids it",
+                    base(&row.binary),
+                    duration(mean)
+                ),
+            });
+        }
+        if row.failed_execs >= PATH_SEARCH_MIN_FAILED
+            && row.failed_execs as f64 >= PATH_SEARCH_MIN_RATIO * row.execs.max(1) as f64
+        {
+            hints.push(Hint {
+                rule: "path_search",
+                text: format!(
+                    "execvp PATH search: {:.1} failed execs per success in `{}` ({} failed, {}); put the usual directory first in PATH or exec absolute paths",
+                    row.failed_execs as f64 / row.execs.max(1) as f64,
+                    base(&row.binary),
+                    row.failed_execs,
+                    duration(phase_total(row, "exec_failed"))
+                ),
+            });
+        }
+    }
+    for row in report.group(GroupBy::Binary) {
+        let ld: u64 = ["ld_start", "ld_map", "ld_reloc_init"]
+            .iter()
+            .map(|p| phase_total(row, p))
+            .sum();
+        let cost = phase_total(row, "spawn_cost");
+        if row.processes >= LD_MIN_PROCESSES && cost > 0 && ld as f64 >= LD_MIN_SHARE * cost as f64
+        {
+            let objects = row
+                .ld_objects_mean
+                .map(|n| format!(" to {n:.0} objects"))
+                .unwrap_or_default();
+            hints.push(Hint {
+                rule: "dynamic_linking",
+                text: format!(
+                    "`{}` is dynamically linked{objects}: ld_* is {:.0}% of its spawn cost ({} per spawn); static linking or fewer libraries would save most of it",
+                    base(&row.binary),
+                    100.0 * ld as f64 / cost as f64,
+                    duration(ld / row.processes.max(1))
+                ),
+            });
+        }
+    }
+    if report.summary.atime_updates > 0 {
+        let total = report.phases.get("atime").map_or(0, |s| s.total);
+        hints.push(Hint {
+            rule: "atime",
+            text: format!(
+                "atime updates on exec: {} ({} in all); mount the binaries' filesystem with relatime or noatime",
+                report.summary.atime_updates,
+                duration(total)
+            ),
+        });
+    }
+    hints
+}

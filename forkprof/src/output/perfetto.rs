@@ -1,0 +1,153 @@
+//! A trace-event JSON timeline (ui.perfetto.dev, chrome://tracing): one track per process,
+//! slices for its phases, and a flow arrow from each parent's fork to the child.
+use std::collections::HashMap;
+use std::io::Write;
+
+use anyhow::Result;
+use forkprof_common::{ProcKey, ld_outcome};
+use serde_json::{Value, json};
+
+use crate::model::{Trace, report::escape};
+
+struct Timeline {
+    events: Vec<Value>,
+    origin: u64,
+}
+
+impl Timeline {
+    fn us(&self, ns: u64) -> f64 {
+        ns.saturating_sub(self.origin) as f64 / 1e3
+    }
+
+    fn slice(&mut self, track: usize, name: &str, start_ns: u64, dur_ns: u64, args: Value) {
+        let ts = self.us(start_ns);
+        self.events.push(json!({
+            "name": name, "cat": "spawn", "ph": "X", "pid": track, "tid": track,
+            "ts": ts, "dur": dur_ns as f64 / 1e3, "args": args,
+        }));
+    }
+}
+
+pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
+    let procs = trace.by_start();
+    let binaries = trace.binaries();
+    let track: HashMap<ProcKey, usize> = procs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.key, i + 1))
+        .collect();
+    let mut t = Timeline {
+        events: Vec::new(),
+        origin: trace.first_ns.unwrap_or(0),
+    };
+    for (i, p) in procs.iter().enumerate() {
+        let id = i + 1;
+        let bin = escape(&binaries[&p.key].last);
+        t.events.push(json!({
+            "name": "process_name", "ph": "M", "pid": id,
+            "args": {"name": format!("{bin} [{}]", p.key.pid)},
+        }));
+        let created = p
+            .spawn
+            .map(|s| s.hdr.ts_ns.min(p.key.start_ns.max(s.start_ns)))
+            .unwrap_or(p.key.start_ns);
+        let created = if created == 0 { t.origin } else { created };
+        let end = p
+            .exit
+            .map(|x| x.exit_ns + x.exit_teardown_ns)
+            .unwrap_or(trace.last_ns)
+            .max(created);
+        t.slice(
+            id,
+            "process",
+            created,
+            end - created,
+            json!({"pid": p.key.pid, "method": p.method.name()}),
+        );
+        if let Some(s) = &p.spawn
+            && let Some(parent) = p.parent.and_then(|k| track.get(&k))
+        {
+            t.slice(
+                *parent,
+                "fork",
+                s.start_ns,
+                s.fork_ns,
+                json!({"child": p.key.pid, "pagetable_copy_ns": s.pagetable_copy_ns}),
+            );
+            if s.vfork_wait_ns > 0 {
+                t.slice(
+                    *parent,
+                    "vfork_wait",
+                    s.start_ns + s.fork_ns,
+                    s.vfork_wait_ns,
+                    json!({}),
+                );
+            }
+            let flow = json!({"name": "spawn", "cat": "spawn", "id": id, "pid": parent, "tid": parent, "ph": "s", "ts": t.us(s.start_ns)});
+            t.events.push(flow);
+            t.events.push(json!({"name": "spawn", "cat": "spawn", "id": id, "pid": id, "tid": id, "ph": "f", "bp": "e", "ts": t.us(created)}));
+        }
+        for e in &p.execs {
+            let start = e.ts_ns.saturating_sub(e.exec_ns);
+            if e.errno != 0 {
+                t.slice(
+                    id,
+                    "exec_failed",
+                    start,
+                    e.exec_ns,
+                    json!({"path": escape(&e.path), "errno": e.errno}),
+                );
+                continue;
+            }
+            t.slice(
+                id,
+                "exec",
+                start,
+                e.exec_ns,
+                json!({"path": escape(&e.path)}),
+            );
+            t.slice(id, "exec_prepare", start, e.exec_prepare_ns, json!({}));
+            t.slice(
+                id,
+                "exec_load",
+                start + e.exec_prepare_ns,
+                e.exec_load_ns,
+                json!({}),
+            );
+        }
+        for ld in &p.lds {
+            if ld.outcome != ld_outcome::COMPLETE {
+                continue;
+            }
+            let reloc = ld.hdr.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
+            let map = reloc.saturating_sub(ld.ld_map_ns);
+            let start = map.saturating_sub(ld.ld_start_ns);
+            t.slice(id, "ld_start", start, ld.ld_start_ns, json!({}));
+            t.slice(
+                id,
+                "ld_map",
+                map,
+                ld.ld_map_ns,
+                json!({"objects": ld.openat_count.saturating_sub(1)}),
+            );
+            t.slice(id, "ld_reloc_init", reloc, ld.ld_reloc_init_ns, json!({}));
+        }
+        if let Some(x) = &p.exit
+            && x.notified != 0
+        {
+            t.slice(
+                id,
+                "exit_teardown",
+                x.exit_ns,
+                x.exit_teardown_ns,
+                json!({"exit_code": x.exit_code}),
+            );
+        }
+    }
+    serde_json::to_writer(
+        &mut *out,
+        &json!({"traceEvents": t.events, "displayTimeUnit": "ns"}),
+    )?;
+    writeln!(out)?;
+    Ok(())
+}

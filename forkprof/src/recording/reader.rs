@@ -1,0 +1,231 @@
+//! Opening a recording and rebuilding the trace from its rows. Every way a file can be
+//! wrong (missing, empty, not SQLite, not forkprof's, newer schema, corrupt) is a
+//! `RecordingError` that names the file and the problem; `forkprof report` exits 2 on it.
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use forkprof_common::{
+    ARG_LEN, ARG_SLOTS, COMM_LEN, ExecRecord, ExitRecord, LdRecord, PATH_LEN, ProcKey,
+    RecordHeader, SpawnRecord, kind,
+};
+use rusqlite::{Connection, OpenFlags, types::ValueRef};
+
+use super::{SCHEMA_VERSION, ld_outcome_code};
+use crate::model::Trace;
+use crate::records::Record;
+
+#[derive(Debug)]
+pub struct RecordingError {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+impl fmt::Display for RecordingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+impl std::error::Error for RecordingError {}
+
+pub struct Recording {
+    path: PathBuf,
+    conn: Connection,
+    pub meta: BTreeMap<String, String>,
+}
+
+fn key(pid: i64, start_ns: i64) -> ProcKey {
+    ProcKey {
+        start_ns: start_ns as u64,
+        pid: pid as u32,
+        _pad: 0,
+    }
+}
+
+fn hdr(kind: u32, ts_ns: i64, proc: ProcKey) -> RecordHeader {
+    RecordHeader {
+        kind,
+        _pad: 0,
+        ts_ns: ts_ns as u64,
+        proc,
+    }
+}
+
+/// TEXT or BLOB column as bytes, copied into a fixed NUL-terminated buffer.
+fn fill(buf: &mut [u8], value: ValueRef<'_>) {
+    let bytes = match value {
+        ValueRef::Text(b) | ValueRef::Blob(b) => b,
+        _ => &[],
+    };
+    let n = bytes.len().min(buf.len() - 1);
+    buf[..n].copy_from_slice(&bytes[..n]);
+}
+
+impl Recording {
+    pub fn open(path: &Path) -> Result<Self, RecordingError> {
+        let err = |problem: String| RecordingError {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let mut header = [0u8; 16];
+        let mut file = std::fs::File::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
+        let n = file
+            .read(&mut header)
+            .map_err(|e| err(format!("cannot read: {e}")))?;
+        if n == 0 {
+            return Err(err("empty file, not a forkprof recording".into()));
+        }
+        if n < 16 || &header != b"SQLite format 3\0" {
+            return Err(err(
+                "not a forkprof recording (not an SQLite database)".into()
+            ));
+        }
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| err(format!("cannot open as SQLite: {e}")))?;
+        let meta: BTreeMap<String, String> = conn
+            .prepare("SELECT key, value FROM meta")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(|e| match e {
+                rusqlite::Error::SqliteFailure(_, Some(ref m)) if m.contains("no such table") => {
+                    err("not a forkprof recording (no meta table)".into())
+                }
+                e => err(format!("corrupt recording: {e}")),
+            })?;
+        let version: u32 = meta
+            .get("schema_version")
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| err("not a forkprof recording (no schema_version)".into()))?;
+        if version > SCHEMA_VERSION {
+            return Err(err(format!(
+                "recorded with schema version {version}, newer than this forkprof reads ({SCHEMA_VERSION}); upgrade forkprof"
+            )));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            conn,
+            meta,
+        })
+    }
+
+    fn err(&self, e: rusqlite::Error) -> RecordingError {
+        RecordingError {
+            path: self.path.clone(),
+            problem: format!("corrupt recording: {e}"),
+        }
+    }
+
+    /// Rebuilds the trace from every stored record.
+    pub fn load(&self) -> Result<Trace, RecordingError> {
+        let mut trace = Trace::default();
+        self.load_into(&mut trace).map_err(|e| self.err(e))?;
+        let num = |k: &str| self.meta.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+        trace.lost.ringbuf_full = num("lost_ringbuf_full");
+        trace.lost.state_map_full = num("lost_state_map_full");
+        trace.lost.undecodable = num("lost_undecodable");
+        if let Some(root) = self.meta.get("root_pid").and_then(|v| v.parse().ok()) {
+            trace.set_root(root);
+        }
+        Ok(trace)
+    }
+
+    fn load_into(&self, trace: &mut Trace) -> rusqlite::Result<()> {
+        let mut s = self.conn.prepare(
+            "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
+                    syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
+                    vfork_wait_ns, parent_comm FROM spawns",
+        )?;
+        let mut rows = s.query([])?;
+        while let Some(r) = rows.next()? {
+            let mut parent_comm = [0u8; COMM_LEN];
+            fill(&mut parent_comm, r.get_ref(14)?);
+            trace.ingest(Record::Spawn(SpawnRecord {
+                hdr: hdr(kind::SPAWN, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+                parent: key(r.get(3)?, r.get(4)?),
+                parent_tid: r.get(5)?,
+                child_tid: r.get(6)?,
+                syscall: r.get(7)?,
+                clone_flags: r.get::<_, i64>(8)? as u64,
+                errno: r.get(9)?,
+                start_ns: r.get::<_, i64>(10)? as u64,
+                fork_ns: r.get::<_, i64>(11)? as u64,
+                pagetable_copy_ns: r.get::<_, i64>(12)? as u64,
+                vfork_wait_ns: r.get::<_, i64>(13)? as u64,
+                parent_comm,
+            }));
+        }
+        let mut s = self.conn.prepare(
+            "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
+                    exec_load_ns, atime_count, atime_ns, cow_faults FROM execs",
+        )?;
+        let mut rows = s.query([])?;
+        while let Some(r) = rows.next()? {
+            let mut rec = ExecRecord {
+                hdr: hdr(kind::EXEC, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+                tid: r.get(3)?,
+                errno: r.get(7)?,
+                start_ns: 0,
+                exec_prepare_ns: r.get::<_, i64>(9)? as u64,
+                exec_load_ns: r.get::<_, i64>(10)? as u64,
+                exec_ns: r.get::<_, i64>(8)? as u64,
+                atime_count: r.get(11)?,
+                argc: r.get(6)?,
+                atime_ns: r.get::<_, i64>(12)? as u64,
+                cow_faults: r.get::<_, i64>(13)? as u64,
+                path: [0; PATH_LEN],
+                args: [[0; ARG_LEN]; ARG_SLOTS],
+            };
+            fill(&mut rec.path, r.get_ref(4)?);
+            if let ValueRef::Text(a) | ValueRef::Blob(a) = r.get_ref(5)? {
+                for (slot, arg) in rec.args.iter_mut().zip(a.split(|&b| b == 0)) {
+                    fill(slot, ValueRef::Blob(arg));
+                }
+            }
+            trace.ingest(Record::Exec(Box::new(rec)));
+        }
+        let mut s = self.conn.prepare(
+            "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns, ld_map_ns,
+                    ld_reloc_init_ns, atime_count, atime_ns FROM lds",
+        )?;
+        let mut rows = s.query([])?;
+        while let Some(r) = rows.next()? {
+            trace.ingest(Record::Ld(LdRecord {
+                hdr: hdr(kind::LD, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+                outcome: ld_outcome_code(&r.get::<_, String>(3)?),
+                openat_count: r.get(4)?,
+                syscalls: r.get(5)?,
+                ld_start_ns: r.get::<_, i64>(6)? as u64,
+                ld_map_ns: r.get::<_, i64>(7)? as u64,
+                ld_reloc_init_ns: r.get::<_, i64>(8)? as u64,
+                atime_count: r.get(9)?,
+                atime_ns: r.get::<_, i64>(10)? as u64,
+            }));
+        }
+        let mut s = self.conn.prepare(
+            "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns, cow_faults,
+                    exit_ns, comm FROM exits",
+        )?;
+        let mut rows = s.query([])?;
+        while let Some(r) = rows.next()? {
+            let mut comm = [0u8; COMM_LEN];
+            fill(&mut comm, r.get_ref(8)?);
+            trace.ingest(Record::Exit(ExitRecord {
+                hdr: hdr(kind::EXIT, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+                exit_code: r.get(3)?,
+                notified: r.get(4)?,
+                exit_teardown_ns: r.get::<_, i64>(5)? as u64,
+                cow_faults: r.get::<_, i64>(6)? as u64,
+                exit_ns: r.get::<_, i64>(7)? as u64,
+                comm,
+            }));
+        }
+        Ok(())
+    }
+}

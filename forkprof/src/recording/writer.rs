@@ -1,0 +1,308 @@
+//! The recording writer: a thread of its own that inserts records in batches and commits at
+//! least every `COMMIT_EVERY`, so that a SIGKILL loses at most that much.
+use std::path::Path;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use rusqlite::{Connection, Transaction, params};
+
+use super::{SCHEMA, SCHEMA_VERSION, ld_outcome_name};
+use crate::model::report::Report;
+use crate::model::trace::LostCounts;
+use crate::model::{Method, Trace};
+use crate::privilege::{InvokingUser, create_private_file};
+use crate::records::{Record, c_bytes};
+
+pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
+
+enum Msg {
+    Record(Box<Record>),
+    Lost(LostCounts),
+    Finish(Box<Finish>),
+}
+
+struct Finish {
+    meta: Vec<(String, String)>,
+    processes: Vec<ProcessOut>,
+}
+
+struct ProcessOut {
+    pid: u32,
+    start_ns: u64,
+    parent_pid: Option<u32>,
+    method: &'static str,
+    binary: String,
+    parent_binary: String,
+    exit_code: Option<i32>,
+    exit_signal: Option<i32>,
+    phases: Vec<(&'static str, u64)>,
+}
+
+pub struct Writer {
+    tx: Sender<Msg>,
+    handle: JoinHandle<Result<()>>,
+}
+
+/// Bytes as TEXT when they are UTF-8, else as a BLOB: SQLite keeps either per value.
+fn text_or_blob(bytes: &[u8]) -> rusqlite::types::Value {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => rusqlite::types::Value::Text(s.to_string()),
+        Err(_) => rusqlite::types::Value::Blob(bytes.to_vec()),
+    }
+}
+
+fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::Result<()> {
+    match record {
+        Record::Spawn(r) => {
+            let method = Method::classify(r.syscall, r.clone_flags).name();
+            tx.prepare_cached(
+                "INSERT INTO spawns VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+            )?
+            .execute(params![
+                r.hdr.proc.pid,
+                r.hdr.proc.start_ns as i64,
+                r.hdr.ts_ns as i64,
+                r.parent.pid,
+                r.parent.start_ns as i64,
+                r.parent_tid,
+                r.child_tid,
+                method,
+                r.syscall,
+                r.clone_flags as i64,
+                r.errno,
+                r.start_ns as i64,
+                r.fork_ns as i64,
+                r.pagetable_copy_ns as i64,
+                r.vfork_wait_ns as i64,
+                text_or_blob(c_bytes(&r.parent_comm)),
+            ])?;
+        }
+        Record::Exec(r) => {
+            let shown = (r.argc as usize).min(r.args.len());
+            let args = keep_args.then(|| {
+                r.args[..shown]
+                    .iter()
+                    .map(|a| c_bytes(a))
+                    .collect::<Vec<_>>()
+                    .join(&0u8)
+            });
+            tx.prepare_cached(
+                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+            )?
+            .execute(params![
+                r.hdr.proc.pid,
+                r.hdr.proc.start_ns as i64,
+                r.hdr.ts_ns as i64,
+                r.tid,
+                text_or_blob(c_bytes(&r.path)),
+                args.map(|a| text_or_blob(&a)),
+                r.argc,
+                r.errno,
+                r.exec_ns as i64,
+                r.exec_prepare_ns as i64,
+                r.exec_load_ns as i64,
+                r.atime_count,
+                r.atime_ns as i64,
+                r.cow_faults as i64,
+            ])?;
+        }
+        Record::Ld(r) => {
+            tx.prepare_cached("INSERT INTO lds VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")?
+                .execute(params![
+                    r.hdr.proc.pid,
+                    r.hdr.proc.start_ns as i64,
+                    r.hdr.ts_ns as i64,
+                    ld_outcome_name(r.outcome),
+                    r.openat_count,
+                    r.syscalls,
+                    r.ld_start_ns as i64,
+                    r.ld_map_ns as i64,
+                    r.ld_reloc_init_ns as i64,
+                    r.atime_count,
+                    r.atime_ns as i64,
+                ])?;
+        }
+        Record::Exit(r) => {
+            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)")?
+                .execute(params![
+                    r.hdr.proc.pid,
+                    r.hdr.proc.start_ns as i64,
+                    r.hdr.ts_ns as i64,
+                    r.exit_code,
+                    r.notified,
+                    r.exit_teardown_ns as i64,
+                    r.cow_faults as i64,
+                    r.exit_ns as i64,
+                    text_or_blob(c_bytes(&r.comm)),
+                ])?;
+        }
+    }
+    Ok(())
+}
+
+fn set_meta(tx: &Transaction<'_>, items: &[(String, String)]) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO meta VALUES (?1, ?2)")?;
+    for (k, v) in items {
+        stmt.execute(params![k, v])?;
+    }
+    Ok(())
+}
+
+fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
+    vec![
+        ("lost_ringbuf_full".into(), lost.ringbuf_full.to_string()),
+        (
+            "lost_state_map_full".into(),
+            lost.state_map_full.to_string(),
+        ),
+        ("lost_undecodable".into(), lost.undecodable.to_string()),
+    ]
+}
+
+fn run(mut conn: Connection, rx: Receiver<Msg>, keep_args: bool) -> Result<()> {
+    loop {
+        // Wait for the first message of a batch, then gather for up to COMMIT_EVERY.
+        let first = match rx.recv() {
+            Ok(m) => m,
+            Err(_) => return Ok(()),
+        };
+        let deadline = Instant::now() + COMMIT_EVERY;
+        let tx = conn.transaction()?;
+        let mut next = Some(first);
+        let mut finish = None;
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Record(r) => insert(&tx, &r, keep_args)?,
+                Msg::Lost(l) => set_meta(&tx, &lost_meta(&l))?,
+                Msg::Finish(f) => {
+                    finish = Some(f);
+                    break;
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            next = match rx.recv_timeout(left) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => None,
+            };
+        }
+        if let Some(f) = finish {
+            set_meta(&tx, &f.meta)?;
+            {
+                let mut p = tx
+                    .prepare("INSERT OR REPLACE INTO processes VALUES (?1,?2,?3,?4,?5,?6,?7,?8)")?;
+                let mut ph = tx.prepare("INSERT INTO phases VALUES (?1,?2,?3,?4)")?;
+                for row in &f.processes {
+                    p.execute(params![
+                        row.pid,
+                        row.start_ns as i64,
+                        row.parent_pid,
+                        row.method,
+                        row.binary,
+                        row.parent_binary,
+                        row.exit_code,
+                        row.exit_signal,
+                    ])?;
+                    for (name, value) in &row.phases {
+                        ph.execute(params![row.pid, row.start_ns as i64, name, *value as i64])?;
+                    }
+                }
+            }
+            tx.commit()?;
+            conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
+            return Ok(());
+        }
+        tx.commit()?;
+    }
+}
+
+impl Writer {
+    /// Creates the database (0600, owned by the invoking user under sudo) and starts the
+    /// writer thread. `meta` is stored at once.
+    pub fn create(
+        path: &Path,
+        owner: Option<&InvokingUser>,
+        meta: Vec<(String, String)>,
+        keep_args: bool,
+    ) -> Result<Self> {
+        // Create the file ourselves so that its mode and owner are right from the start.
+        let file = create_private_file(path, owner)?;
+        drop(file);
+        let mut conn = Connection::open(path)
+            .with_context(|| format!("cannot open {} as SQLite", path.display()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let tx = conn.transaction()?;
+        tx.execute_batch(SCHEMA)
+            .with_context(|| format!("cannot create the schema in {}", path.display()))?;
+        let mut all = vec![("schema_version".to_string(), SCHEMA_VERSION.to_string())];
+        all.extend(meta);
+        set_meta(&tx, &all)?;
+        tx.commit()?;
+        if let Some(user) = owner {
+            // SQLite creates the -wal and -shm files now; they must be the user's too.
+            for suffix in ["-wal", "-shm"] {
+                let mut p = path.as_os_str().to_owned();
+                p.push(suffix);
+                let _ = std::os::unix::fs::chown(&p, Some(user.uid), Some(user.gid));
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("forkprof-writer".into())
+            .spawn(move || run(conn, rx, keep_args))?;
+        Ok(Self { tx, handle })
+    }
+
+    pub fn record(&self, record: &Record) {
+        let _ = self.tx.send(Msg::Record(Box::new(record.clone())));
+    }
+
+    pub fn lost(&self, lost: &LostCounts) {
+        let _ = self.tx.send(Msg::Lost(lost.clone()));
+    }
+
+    /// Writes the final meta and the derived processes/phases tables, then waits for the
+    /// writer to commit everything.
+    pub fn finish(
+        self,
+        trace: &Trace,
+        report: &Report,
+        mut meta: Vec<(String, String)>,
+    ) -> Result<()> {
+        meta.extend(lost_meta(&trace.lost));
+        let processes = report
+            .processes
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .map(|p| ProcessOut {
+                pid: p.pid,
+                start_ns: p.start_ns,
+                parent_pid: p.parent_pid,
+                method: p.method.name(),
+                binary: p.binary.clone(),
+                parent_binary: p.parent_binary.clone(),
+                exit_code: match p.exit {
+                    Some(crate::model::trace::ExitStatus::Code(c)) => Some(c),
+                    _ => None,
+                },
+                exit_signal: match p.exit {
+                    Some(crate::model::trace::ExitStatus::Signal(s)) => Some(s),
+                    _ => None,
+                },
+                phases: p.phases.iter().map(|(k, v)| (*k, *v)).collect(),
+            })
+            .collect();
+        let _ = self
+            .tx
+            .send(Msg::Finish(Box::new(Finish { meta, processes })));
+        drop(self.tx);
+        self.handle
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
+            .context("writing the recording")
+    }
+}

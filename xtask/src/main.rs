@@ -50,6 +50,12 @@ const APT_PACKAGES: &[&str] = &[
     "util-linux",
     "e2fsprogs",
     "tmux",
+    "sqlite3",
+    // the accuracy tests' C fixtures: static, dynamic, and linked to several libraries
+    "gcc",
+    "libc6-dev",
+    "libssl-dev",
+    "zlib1g-dev",
 ];
 
 pub fn root() -> PathBuf {

@@ -119,7 +119,15 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         owner: user.clone(),
         meta: vec![
             ("mode".into(), "run".into()),
-            ("command".into(), serde_json::to_string(&command)?),
+            (
+                "command".into(),
+                // --no-args keeps secrets out of the file: the program name only.
+                serde_json::to_string(if args.recording.no_args {
+                    &command[..1]
+                } else {
+                    &command[..]
+                })?,
+            ),
         ],
     })?;
     let procs_fd = session.procs_fd()?;

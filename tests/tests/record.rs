@@ -1,0 +1,301 @@
+//! Recordings end to end: `run -o`, `record` (system-wide, -p, --duration, SIGKILL), and
+//! `report` on good and bad files.
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, require_root, run_traced_with, tempdir, workload};
+use serde_json::Value;
+
+fn report_json(file: &Path, extra: &[&str]) -> (i32, Value, String) {
+    let out = Command::new(forkprof())
+        .arg("report")
+        .arg(file)
+        .args(["--format", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        json,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn sqlite(file: &Path, sql: &str) -> String {
+    let out = Command::new("sqlite3").arg(file).arg(sql).output().unwrap();
+    assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn run_o_records_what_run_reports() {
+    let dir = tempdir();
+    let db = dir.join("run.db");
+    let w = workload();
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &[w.to_str().unwrap(), "spawn", "vfork", "30", "/bin/true"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let (code, rep, err) = report_json(&db, &["--processes"]);
+    assert_eq!(code, 0, "{err}");
+    for key in ["processes", "execs", "failed_execs", "threads", "lost_events"] {
+        assert_eq!(rep["summary"][key], run.report["summary"][key], "summary.{key}");
+    }
+    assert_eq!(rep["methods"], run.report["methods"]);
+    assert_eq!(rep["phases"]["exec"], run.report["phases"]["exec"]);
+    assert_eq!(rep["exit"]["code"], 0);
+    // The derived tables, as people query them from the sqlite3 shell.
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "31");
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM execs WHERE errno = 0"), "31");
+    assert_eq!(
+        sqlite(&db, "SELECT count(DISTINCT pid) FROM phases WHERE phase = 'vfork_wait'"),
+        "30"
+    );
+    let meta = std::fs::metadata(&db).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
+    let dir = tempdir();
+    let db = dir.join("user.db");
+    let out = Command::new(forkprof())
+        .args(["run", "--no-args", "--report", "/dev/null", "-o"])
+        .arg(&db)
+        .args(["--", "sh", "-c", "/bin/echo secret-token >/dev/null"])
+        .env("SUDO_UID", "65534")
+        .env("SUDO_GID", "65534")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta = std::fs::metadata(&db).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600));
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM execs WHERE args IS NOT NULL"), "0");
+    assert_eq!(sqlite(&db, "SELECT max(argc) FROM execs"), "3");
+    let bytes = std::fs::read(&db).unwrap();
+    assert!(
+        !bytes.windows(12).any(|w| w == b"secret-token"),
+        "--no-args must not store arguments"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A uniquely named copy of `true`, run N times by an untraced shell.
+fn outsider(dir: &Path, n: u32) -> (std::path::PathBuf, String) {
+    let bin = dir.join("fp-record-probe");
+    std::fs::copy("/bin/true", &bin).unwrap();
+    (bin.clone(), format!("for i in $(seq {n}); do {}; done", bin.display()))
+}
+
+fn binary_row<'a>(rep: &'a Value, needle: &str) -> Option<&'a Value> {
+    rep["groups"]["binary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["binary"].as_str().unwrap().ends_with(needle))
+}
+
+#[test]
+fn record_system_wide_for_a_duration() {
+    require_root();
+    let dir = tempdir();
+    let db = dir.join("sys.db");
+    let (_, script) = outsider(&dir, 40);
+    let mut rec = Command::new(forkprof())
+        .args(["record", "--duration", "3s", "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
+    let status = rec.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let (code, rep, err) = report_json(&db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let row = binary_row(&rep, "fp-record-probe").expect("probe binary recorded");
+    assert_eq!(row["processes"], 40);
+    assert_eq!(rep["summary"]["lost_events"], 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn record_p_follows_one_tree_only() {
+    require_root();
+    let dir = tempdir();
+    let db = dir.join("tree.db");
+    let (bin, script) = outsider(&dir, 30);
+    // The traced tree: a shell that waits for a go file, then runs the probe 30 times.
+    let go = dir.join("go");
+    let traced_script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; for i in $(seq 30); do {}; done",
+        go.display(),
+        bin.display()
+    );
+    let mut tree = Command::new("sh").args(["-c", &traced_script]).spawn().unwrap();
+    let mut rec = Command::new(forkprof())
+        .args(["record", "-p", &tree.id().to_string(), "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    // Outside the tree: the same binary, 30 more times.
+    assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
+    std::fs::write(&go, "").unwrap();
+    assert!(tree.wait().unwrap().success());
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let (code, rep, err) = report_json(&db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let row = binary_row(&rep, "fp-record-probe").expect("probe recorded");
+    assert_eq!(row["processes"], 30, "only the traced tree's 30 runs");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn forkprof_programs_loaded() -> usize {
+    let out = Command::new("bpftool").args(["prog", "show"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("forkprof_"))
+        .count()
+}
+
+#[test]
+fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
+    require_root();
+    let dir = tempdir();
+    let db = dir.join("killed.db");
+    let (_, script) = outsider(&dir, 1_000_000);
+    let mut rec = Command::new(forkprof())
+        .args(["record", "-o"])
+        .arg(&db)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let mut noise = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    noise.kill().unwrap();
+    noise.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while forkprof_programs_loaded() > 0 {
+        assert!(Instant::now() < deadline, "forkprof programs still loaded after SIGKILL");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, rep, err) = report_json(&db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let row = binary_row(&rep, "fp-record-probe").expect("committed batches readable");
+    assert!(row["processes"].as_u64().unwrap() > 10, "{row}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_files_get_one_line_and_exit_2() {
+    let dir = tempdir();
+    // A real recording to damage.
+    let good = dir.join("good.db");
+    let w = workload();
+    let run = run_traced_with(&["-o", good.to_str().unwrap()], &[w.to_str().unwrap(), "exit", "0"], |_| {});
+    assert_eq!(run.code(), 0);
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.db", vec![], "empty file"),
+        ("foreign.db", b"hello, this is not a database at all".to_vec(), "not an SQLite database"),
+        ("truncated.db", bytes[..bytes.len() / 3].to_vec(), ""),
+        ("corrupt.db", {
+            let mut b = bytes.clone();
+            for x in b.iter_mut().skip(100).step_by(7) {
+                *x ^= 0x5a;
+            }
+            b
+        }, ""),
+    ];
+    for (name, content, want) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        let (code, _, err) = report_json(&path, &[]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(path.to_str().unwrap()) && err.contains(want), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    // Another program's SQLite database, and one from a newer forkprof.
+    let other = dir.join("other.db");
+    sqlite(&other, "CREATE TABLE t (x); INSERT INTO t VALUES (1);");
+    let (code, _, err) = report_json(&other, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no meta table"), "{err}");
+    let newer = dir.join("newer.db");
+    std::fs::copy(&good, &newer).unwrap();
+    sqlite(&newer, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+    let (code, _, err) = report_json(&newer, &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("schema version 99"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn flamegraph_folded_and_perfetto_outputs() {
+    let dir = tempdir();
+    let db = dir.join("f.db");
+    let w = workload();
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &["sh", "-c", &format!("{} spawn fork 5 /bin/true", w.display())],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0);
+    let svg = dir.join("f.svg");
+    let folded = dir.join("f.folded");
+    let trace = dir.join("f.json");
+    let out = Command::new(forkprof())
+        .arg("report")
+        .arg(&db)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .arg("--folded")
+        .arg(&folded)
+        .arg("--perfetto")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    let line = folded
+        .lines()
+        .find(|l| l.starts_with("sh;fp-workload;true "))
+        .unwrap_or_else(|| panic!("no sh;fp-workload;true stack in\n{folded}"));
+    assert!(line.rsplit(' ').next().unwrap().parse::<u64>().unwrap() > 0);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("fp-workload"), "not a flame graph");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let count = |ph: &str, name: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && (name.is_empty() || e["name"] == name))
+            .count()
+    };
+    // sh, the workload, 5 children: one track (process_name) each.
+    assert_eq!(count("M", "process_name"), 7);
+    assert_eq!(count("X", "process"), 7);
+    assert_eq!(count("X", "fork"), 6, "sh forks the workload, the workload forks 5");
+    assert_eq!(count("s", ""), 6);
+    assert_eq!(count("f", ""), 6);
+    assert_eq!(count("X", "exec"), 7);
+    assert_eq!(count("X", "ld_map"), 7);
+    for e in events.iter().filter(|e| e["ph"] == "X") {
+        assert!(e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,6 +13,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod synth;
 
 #[derive(Parser)]
 struct Cli {
@@ -32,6 +33,11 @@ enum Task {
     },
     /// Build and run forkprof on a built-in workload, showing its report.
     Demo,
+    /// Write a synthetic recording of N processes (for benchmarking `forkprof report`).
+    SynthRecording {
+        #[command(flatten)]
+        args: synth::SynthArgs,
+    },
     /// Benchmarks: forkprof's overhead on a spawn loop, side by side with peers.
     Bench {
         #[command(flatten)]
@@ -228,5 +234,6 @@ fn main() -> Result<()> {
         Task::Test { filter } => test(&filter),
         Task::Demo => demo(),
         Task::Bench { args } => bench::run(&args),
+        Task::SynthRecording { args } => synth::run(&args),
     }
 }

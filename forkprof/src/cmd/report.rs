@@ -7,7 +7,7 @@ use crate::cli::{Format, ReportCmdArgs};
 use crate::elf::LoaderCache;
 use crate::model::{
     Report,
-    report::{Context, Filter, GroupBy},
+    report::{Context, Filter},
 };
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
@@ -24,7 +24,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             return Ok(EXIT_BAD_RECORDING);
         }
     };
-    let trace = match recording.load() {
+    let trace = match recording.load(args.processes) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("forkprof: {e}");
@@ -48,10 +48,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
                 .map(|p| (p.name(), v))
         })
         .collect();
-    let mut groupings = vec![args.by];
-    if (args.flamegraph.is_some() || args.folded.is_some()) && args.by != GroupBy::Ancestry {
-        groupings.push(GroupBy::Ancestry);
-    }
+    let groupings = vec![args.by];
     let loaders = LoaderCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let command = recording
@@ -59,6 +56,11 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         .get("command")
         .and_then(|c| serde_json::from_str(c).ok())
         .unwrap_or_default();
+    let filter = Filter {
+        binary: args.filter.clone(),
+        from_ns: args.from.map(|d| d.as_nanos() as u64),
+        to_ns: args.to.map(|d| d.as_nanos() as u64),
+    };
     let report = Report::build(
         &trace,
         &Context {
@@ -72,12 +74,9 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             is_static: &is_static,
             groupings,
             sort: args.sort,
-            filter: Filter {
-                binary: args.filter.clone(),
-                from_ns: args.from.map(|d| d.as_nanos() as u64),
-                to_ns: args.to.map(|d| d.as_nanos() as u64),
-            },
+            filter: filter.clone(),
             processes: args.processes,
+            folded: args.flamegraph.is_some() || args.folded.is_some(),
         },
     );
     let owner = InvokingUser::from_env()?;
@@ -91,7 +90,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     }
     if let Some(path) = &args.perfetto {
         let mut f = std::io::BufWriter::new(create_private_file(path, owner.as_ref())?);
-        output::perfetto::write(&trace, &mut f)?;
+        output::perfetto::write(&trace, &filter, &mut f)?;
         f.flush()?;
     }
     let stdout = std::io::stdout();

@@ -142,7 +142,7 @@ impl Phases {
         }
         if let Some(x) = &p.exit {
             cow = cow.map(|c| c + x.cow_faults);
-            if x.notified != 0 {
+            if x.notified {
                 ph.set(Phase::ExitTeardown, Some(x.exit_teardown_ns));
             }
         }

@@ -1,6 +1,6 @@
 //! The report: everything `run` (and later `report`) prints, as one serializable value. The
 //! table and JSON outputs both render this, so they always agree.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -8,8 +8,8 @@ use forkprof_common::ProcKey;
 
 use super::hints::Hint;
 use super::phases::{Phase, atime_updates};
-use super::stats::Summary;
-use super::trace::{Binaries, ExitStatus, LostCounts};
+use super::stats::{Accumulator, Summary};
+use super::trace::{Binaries, ExitStatus, LostCounts, Shared};
 use super::{Method, PHASES, Phases, Process, Trace};
 
 pub const SCHEMA_VERSION: u32 = 1;
@@ -34,6 +34,9 @@ pub struct Report {
     /// One row per process (omitted when `Context::processes` is false).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<ProcessRow>>,
+    /// Total spawn cost per ancestry stack ("make;sh;cc1" -> ns), when `Context::folded`.
+    #[serde(skip)]
+    pub folded: Option<Vec<(String, u64)>>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -144,6 +147,21 @@ pub struct Filter {
     pub to_ns: Option<u64>,
 }
 
+impl Filter {
+    /// Whether process `p`, whose binaries are `bins`, is in the report. `first_ns` is the
+    /// trace's first record.
+    pub fn matches(&self, p: &Process, bins: &Binaries, first_ns: u64) -> bool {
+        if let Some(sub) = &self.binary
+            && !escape(&bins.last).contains(sub.as_str())
+        {
+            return false;
+        }
+        let since_first = p.start_ns().saturating_sub(first_ns);
+        !(self.from_ns.is_some_and(|f| since_first < f)
+            || self.to_ns.is_some_and(|t| since_first >= t))
+    }
+}
+
 /// What the model needs to know beyond the records.
 pub struct Context<'a> {
     pub command: Vec<String>,
@@ -157,6 +175,9 @@ pub struct Context<'a> {
     pub filter: Filter,
     /// Include one row per process.
     pub processes: bool,
+    /// Sum spawn cost per ancestry stack (for flame graphs): far lighter than grouping by
+    /// ancestry, which keeps every phase's distribution per stack.
+    pub folded: bool,
 }
 
 impl<'a> Context<'a> {
@@ -172,6 +193,7 @@ impl<'a> Context<'a> {
             sort: SortBy::Total,
             filter: Filter::default(),
             processes: true,
+            folded: false,
         }
     }
 }
@@ -203,18 +225,44 @@ struct Group {
     failed_execs: u64,
     ld_objects: (u64, u64),
     methods: BTreeMap<&'static str, u64>,
-    values: BTreeMap<Phase, Vec<u64>>,
+    values: Phased,
+}
+
+/// One accumulator per phase.
+#[derive(Clone)]
+struct Phased(Vec<Accumulator>);
+
+impl Default for Phased {
+    fn default() -> Self {
+        Self(vec![Accumulator::default(); PHASES.len()])
+    }
+}
+
+impl Phased {
+    fn add(&mut self, ph: &Phases) {
+        for phase in PHASES {
+            if let Some(v) = ph.get(phase) {
+                self.0[phase as usize].add(v);
+            }
+        }
+    }
+
+    fn summaries(mut self) -> BTreeMap<&'static str, Summary> {
+        PHASES
+            .iter()
+            .filter_map(|&phase| {
+                let s = self.0[phase as usize].summary();
+                (s.count > 0).then_some((phase.name(), s))
+            })
+            .collect()
+    }
 }
 
 impl Group {
     fn add_process(&mut self, p: &Process, ph: &Phases) {
         self.processes += 1;
         *self.methods.entry(p.method.name()).or_default() += 1;
-        for phase in PHASES {
-            if let Some(v) = ph.get(phase) {
-                self.values.entry(phase).or_default().push(v);
-            }
-        }
+        self.values.add(ph);
         for ld in &p.lds {
             if ld.outcome == forkprof_common::ld_outcome::COMPLETE {
                 self.ld_objects.0 += u64::from(ld.openat_count.saturating_sub(1));
@@ -233,7 +281,7 @@ impl Group {
         }
     }
 
-    fn row(mut self, binary: &[u8]) -> GroupRow {
+    fn row(self, binary: &[u8]) -> GroupRow {
         GroupRow {
             binary: escape(binary),
             processes: self.processes,
@@ -242,11 +290,7 @@ impl Group {
             ld_objects_mean: (self.ld_objects.1 > 0)
                 .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),
             methods: self.methods,
-            phases: self
-                .values
-                .iter_mut()
-                .map(|(phase, v)| (phase.name(), Summary::of(v)))
-                .collect(),
+            phases: self.values.summaries(),
         }
     }
 }
@@ -261,7 +305,7 @@ fn sort_key(row: &GroupRow, sort: SortBy) -> u64 {
     }
 }
 
-fn sorted(groups: HashMap<Vec<u8>, Group>, sort: SortBy) -> Vec<GroupRow> {
+fn sorted(groups: HashMap<Shared, Group>, sort: SortBy) -> Vec<GroupRow> {
     let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
     rows.sort_by(|a, b| {
         sort_key(b, sort)
@@ -272,39 +316,71 @@ fn sorted(groups: HashMap<Vec<u8>, Group>, sort: SortBy) -> Vec<GroupRow> {
     rows
 }
 
-/// The last path component, for ancestry frames.
-fn base_name(path: &[u8]) -> &[u8] {
-    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+/// The last path component, for ancestry frames; ';' would split a frame, so it becomes '_'.
+fn frame(path: &[u8]) -> Vec<u8> {
+    let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    base.iter()
+        .map(|&b| if b == b';' { b'_' } else { b })
+        .collect()
 }
 
-/// "root;...;parent;self" of binary base names, for every process.
-pub fn ancestries(
-    trace: &Trace,
-    binaries: &HashMap<ProcKey, Binaries>,
-) -> HashMap<ProcKey, Vec<u8>> {
-    let mut out: HashMap<ProcKey, Vec<u8>> = HashMap::with_capacity(trace.processes.len());
-    for p in trace.by_start() {
-        let own = base_name(&binaries[&p.key].last).to_vec();
-        let stack = match p.parent.and_then(|k| out.get(&k)) {
-            Some(parent) => [parent.as_slice(), b";", &own].concat(),
-            None => match p.parent {
-                Some(_) => [base_name(&binaries[&p.key].at_spawn), b";", &own].concat(),
-                None => own,
-            },
+/// "root;...;parent;self" of binary base names, for every process (by index).
+pub fn ancestries(trace: &Trace, order: &[usize], binaries: &[Binaries]) -> Vec<Shared> {
+    let mut stacks: HashSet<Shared> = HashSet::new();
+    let mut out: Vec<Option<Shared>> = vec![None; trace.processes.len()];
+    let index: HashMap<ProcKey, usize> = trace
+        .processes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.key, i))
+        .collect();
+    for &i in order {
+        let p = &trace.processes[i];
+        let own = frame(&binaries[i].last);
+        let stack: Vec<u8> = match p
+            .parent
+            .map(|k| index.get(&k).and_then(|&pi| out[pi].clone()))
+        {
+            Some(Some(parent)) => [&parent[..], b";", &own].concat(),
+            Some(None) => [&frame(&binaries[i].at_spawn)[..], b";", &own].concat(),
+            None => own,
         };
-        out.insert(p.key, stack);
+        let shared = match stacks.get(stack.as_slice()) {
+            Some(s) => s.clone(),
+            None => {
+                let s: Shared = stack.into();
+                stacks.insert(s.clone());
+                s
+            }
+        };
+        out[i] = Some(shared);
     }
-    out
+    out.into_iter()
+        .map(|s| s.unwrap_or_else(|| Shared::from(&b"?"[..])))
+        .collect()
 }
 
 impl Report {
     pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
-        let binaries = trace.binaries();
-        let ancestry = if ctx.groupings.contains(&GroupBy::Ancestry) {
-            ancestries(trace, &binaries)
+        let order = trace.by_start();
+        let binaries = trace.binaries(&order);
+        let ancestry = if ctx.folded || ctx.groupings.contains(&GroupBy::Ancestry) {
+            ancestries(trace, &order, &binaries)
         } else {
-            HashMap::new()
+            Vec::new()
         };
+        let method_keys: HashMap<&'static str, Shared> = [
+            Method::Fork,
+            Method::Vfork,
+            Method::PosixSpawn,
+            Method::Clone3,
+            Method::Clone,
+            Method::Thread,
+            Method::Unknown,
+        ]
+        .iter()
+        .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
+        .collect();
         let first_ns = trace.first_ns.unwrap_or(0);
         let mut summary = SummaryCounts {
             threads: trace.threads,
@@ -315,22 +391,17 @@ impl Report {
             ..Default::default()
         };
         let mut methods: BTreeMap<&'static str, u64> = BTreeMap::new();
-        let mut all: BTreeMap<Phase, Vec<u64>> = BTreeMap::new();
-        let mut groups: Vec<HashMap<Vec<u8>, Group>> = vec![HashMap::new(); ctx.groupings.len()];
+        let mut all = Phased::default();
+        let mut groups: Vec<HashMap<Shared, Group>> = vec![HashMap::new(); ctx.groupings.len()];
         let mut processes = Vec::new();
         let mut spawn_times = Vec::new();
+        let mut spawn_cost_total = 0u64;
+        let mut folded: HashMap<Shared, u64> = HashMap::new();
 
-        for p in trace.by_start() {
-            let bins = &binaries[&p.key];
-            if let Some(sub) = &ctx.filter.binary
-                && !escape(&bins.last).contains(sub.as_str())
-            {
-                continue;
-            }
-            let since_first = p.start_ns().saturating_sub(first_ns);
-            if ctx.filter.from_ns.is_some_and(|f| since_first < f)
-                || ctx.filter.to_ns.is_some_and(|t| since_first >= t)
-            {
+        for &i in &order {
+            let p = &trace.processes[i];
+            let bins = &binaries[i];
+            if !ctx.filter.matches(p, bins, first_ns) {
                 continue;
             }
             let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
@@ -345,10 +416,13 @@ impl Report {
                 spawn_times.push(s.start_ns);
                 *methods.entry(p.method.name()).or_default() += 1;
             }
-            for phase in PHASES {
-                if let Some(v) = ph.get(phase) {
-                    all.entry(phase).or_default().push(v);
-                }
+            all.add(&ph);
+            spawn_cost_total += ph.get(Phase::SpawnCost).unwrap_or(0);
+            if ctx.folded
+                && let Some(cost) = ph.get(Phase::SpawnCost)
+                && cost > 0
+            {
+                *folded.entry(ancestry[i].clone()).or_default() += cost;
             }
             for e in &p.execs {
                 if e.errno == 0 {
@@ -358,13 +432,17 @@ impl Report {
                 }
             }
             for (by, map) in ctx.groupings.iter().zip(groups.iter_mut()) {
-                let key: &[u8] = match by {
+                let key: &Shared = match by {
                     GroupBy::Binary => &bins.last,
                     GroupBy::Parent => &bins.at_spawn,
-                    GroupBy::Method => p.method.name().as_bytes(),
-                    GroupBy::Ancestry => &ancestry[&p.key],
+                    GroupBy::Method => &method_keys[p.method.name()],
+                    GroupBy::Ancestry => &ancestry[i],
                 };
-                map.entry(key.to_vec()).or_default().add_process(p, &ph);
+                let group = match map.get_mut(key) {
+                    Some(g) => g,
+                    None => map.entry(key.clone()).or_default(),
+                };
+                group.add_process(p, &ph);
                 if *by == GroupBy::Binary {
                     // Execs count under the path they named, failed ones too.
                     for e in &p.execs {
@@ -376,7 +454,7 @@ impl Report {
                         }
                     }
                 } else {
-                    map.entry(key.to_vec()).or_default().add_execs(p);
+                    group.add_execs(p);
                 }
             }
             if ctx.processes {
@@ -411,10 +489,9 @@ impl Report {
         if wall_s > 0.0 {
             summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
         }
-        summary.spawn_rate_peak_per_s = peak_per_second(&spawn_times);
-        let spawn_cost: u64 = all.get(&Phase::SpawnCost).map_or(0, |v| v.iter().sum());
+        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times);
         if ctx.wall_ns > 0 {
-            summary.spawn_cost_share_of_wall = spawn_cost as f64 / ctx.wall_ns as f64;
+            summary.spawn_cost_share_of_wall = spawn_cost_total as f64 / ctx.wall_ns as f64;
         }
         let groups: BTreeMap<&'static str, Vec<GroupRow>> = ctx
             .groupings
@@ -431,13 +508,16 @@ impl Report {
             summary,
             methods,
             sources: ctx.sources.clone(),
-            phases: all
-                .iter_mut()
-                .map(|(phase, v)| (phase.name(), Summary::of(v)))
-                .collect(),
+            phases: all.summaries(),
             groups,
             hints: Vec::new(),
             processes: ctx.processes.then_some(processes),
+            folded: ctx.folded.then(|| {
+                let mut v: Vec<(String, u64)> =
+                    folded.into_iter().map(|(k, v)| (escape(&k), v)).collect();
+                v.sort();
+                v
+            }),
         };
         report.hints = super::hints::find(&report);
         report
@@ -448,9 +528,8 @@ impl Report {
     }
 }
 
-/// The most spawns in any one-second window that starts at a spawn.
-pub fn peak_per_second(times_ns: &[u64]) -> u64 {
-    let mut t: Vec<u64> = times_ns.to_vec();
+/// The most spawns in any one-second window that starts at a spawn (sorts `t`).
+pub fn peak_per_second(t: &mut [u64]) -> u64 {
     t.sort_unstable();
     let mut best = 0;
     let mut lo = 0;
@@ -479,8 +558,8 @@ mod tests {
     #[test]
     fn peak_counts_a_sliding_second() {
         let s = 1_000_000_000;
-        assert_eq!(peak_per_second(&[]), 0);
-        assert_eq!(peak_per_second(&[0, 1, 2, s + 3]), 3);
-        assert_eq!(peak_per_second(&[0, s, 2 * s]), 1);
+        assert_eq!(peak_per_second(&mut []), 0);
+        assert_eq!(peak_per_second(&mut [s + 3, 0, 1, 2]), 3);
+        assert_eq!(peak_per_second(&mut [0, s, 2 * s]), 1);
     }
 }

@@ -117,7 +117,7 @@ fn sample() -> Trace {
 #[test]
 fn phases_of_a_forked_dynamic_child() {
     let t = sample();
-    let child = &t.processes[&key(2, 1_000_000)];
+    let child = t.get(&key(2, 1_000_000)).unwrap();
     assert_eq!(child.method, Method::Fork);
     let ph = Phases::of(child, false);
     assert_eq!(ph.get(Phase::Fork), Some(40_000));
@@ -140,7 +140,7 @@ fn static_binaries_show_zero_ld_and_unknown_loaders_show_nothing() {
     t.ingest(spawn(key(1, 0), p, 57, SIGCHLD));
     t.ingest(exec(p, 100_000, b"/bin/static", 0, 0));
     t.ingest(ld(p, ld_outcome::NO_GLIBC_LD));
-    let proc = &t.processes[&p];
+    let proc = t.get(&p).unwrap();
     assert_eq!(Phases::of(proc, true).get(Phase::LdStart), Some(0));
     assert_eq!(Phases::of(proc, false).get(Phase::LdStart), None);
 }
@@ -148,10 +148,11 @@ fn static_binaries_show_zero_ld_and_unknown_loaders_show_nothing() {
 #[test]
 fn binaries_follow_exec_and_inherit_from_the_parent() {
     let t = sample();
-    let b = t.binaries();
-    assert_eq!(b[&key(1, 0)].last, b"/bin/make");
-    assert_eq!(b[&key(2, 1_000_000)].at_spawn, b"/bin/make");
-    assert_eq!(b[&key(2, 1_000_000)].last, b"/bin/cc");
+    let b = t.binaries(&t.by_start());
+    let at = |k: ProcKey| t.processes.iter().position(|p| p.key == k).unwrap();
+    assert_eq!(&*b[at(key(1, 0))].last, b"/bin/make");
+    assert_eq!(&*b[at(key(2, 1_000_000))].at_spawn, b"/bin/make");
+    assert_eq!(&*b[at(key(2, 1_000_000))].last, b"/bin/cc");
 }
 
 #[test]

@@ -2,9 +2,12 @@
 //! vfork child's exec reaches the agent before its parent's spawn record), so every record
 //! creates its process on first sight, keyed by `ProcKey` (pid + creation time).
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use forkprof_common::{ExecRecord, ExitRecord, LdRecord, ProcKey, SpawnRecord};
+use forkprof_common::{ExecRecord, LdRecord, ProcKey};
+use rustc_hash::FxHashSet;
 use serde::Serialize;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Method;
 use crate::records::{Record, c_bytes};
@@ -25,11 +28,15 @@ impl LostCounts {
     }
 }
 
+/// Bytes shared by every process that names them (paths repeat across processes).
+pub type Shared = Arc<[u8]>;
+
 #[derive(Clone, Debug)]
 pub struct ExecAttempt {
     pub ts_ns: u64,
-    pub path: Vec<u8>,
-    pub args: Vec<Vec<u8>>,
+    pub path: Shared,
+    /// Empty when arguments were not kept (`--no-args`, or a report that shows none).
+    pub args: Vec<Box<[u8]>>,
     pub argc: u32,
     pub errno: i32,
     pub exec_ns: u64,
@@ -40,21 +47,18 @@ pub struct ExecAttempt {
     pub cow_faults: u64,
 }
 
-impl From<&ExecRecord> for ExecAttempt {
-    fn from(r: &ExecRecord) -> Self {
+impl ExecAttempt {
+    fn new(r: &ExecRecord, path: Shared, keep_args: bool) -> Self {
         // An empty argv[0] slot means the arguments were not recorded (--no-args).
-        let shown = if r.args[0][0] == 0 {
+        let shown = if r.args[0][0] == 0 || !keep_args {
             0
         } else {
             (r.argc as usize).min(r.args.len())
         };
         Self {
             ts_ns: r.hdr.ts_ns,
-            path: c_bytes(&r.path).to_vec(),
-            args: r.args[..shown]
-                .iter()
-                .map(|a| c_bytes(a).to_vec())
-                .collect(),
+            path,
+            args: r.args[..shown].iter().map(|a| c_bytes(a).into()).collect(),
             argc: r.argc,
             errno: r.errno,
             exec_ns: r.exec_ns,
@@ -67,15 +71,38 @@ impl From<&ExecRecord> for ExecAttempt {
     }
 }
 
+/// What the model keeps of a spawn record (the process table can hold millions).
+#[derive(Clone, Copy, Debug)]
+pub struct Spawn {
+    /// Syscall entry in the parent.
+    pub start_ns: u64,
+    /// Syscall exit in the parent.
+    pub ts_ns: u64,
+    pub fork_ns: u64,
+    pub pagetable_copy_ns: u64,
+    pub vfork_wait_ns: u64,
+    pub parent_comm: [u8; forkprof_common::COMM_LEN],
+}
+
+/// What the model keeps of an exit record.
+#[derive(Clone, Copy, Debug)]
+pub struct Exit {
+    pub exit_code: u32,
+    pub notified: bool,
+    pub exit_ns: u64,
+    pub exit_teardown_ns: u64,
+    pub cow_faults: u64,
+}
+
 #[derive(Clone, Debug)]
 pub struct Process {
     pub key: ProcKey,
     pub parent: Option<ProcKey>,
     pub method: Method,
-    pub spawn: Option<SpawnRecord>,
+    pub spawn: Option<Spawn>,
     pub execs: Vec<ExecAttempt>,
     pub lds: Vec<LdRecord>,
-    pub exit: Option<ExitRecord>,
+    pub exit: Option<Exit>,
 }
 
 impl Process {
@@ -97,12 +124,12 @@ impl Process {
     }
 
     /// Path of the last successful exec before `t_ns`.
-    pub fn exec_path_before(&self, t_ns: u64) -> Option<&[u8]> {
+    pub fn exec_path_before(&self, t_ns: u64) -> Option<&Shared> {
         self.execs
             .iter()
             .rev()
             .find(|e| e.errno == 0 && e.ts_ns <= t_ns)
-            .map(|e| e.path.as_slice())
+            .map(|e| &e.path)
     }
 
     pub fn exit_status(&self) -> Option<ExitStatus> {
@@ -135,9 +162,16 @@ impl ExitStatus {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Trace {
-    pub processes: HashMap<ProcKey, Process>,
+    /// Every process, in order of first sight; `index` finds one by key.
+    pub processes: Vec<Process>,
+    index: HashMap<ProcKey, usize, BuildHasherDefault<KeyHasher>>,
+    /// The process found last (see `process`).
+    hint: usize,
+    paths: FxHashSet<Shared>,
+    /// Keep exec arguments (per-process output needs them; aggregate reports do not).
+    pub keep_args: bool,
     pub threads: u64,
     pub failed_spawns: u64,
     pub lost: LostCounts,
@@ -150,11 +184,63 @@ pub struct Trace {
     pub new_execs: Option<Vec<(u32, Vec<u8>)>>,
 }
 
+impl Default for Trace {
+    fn default() -> Self {
+        Self {
+            processes: Vec::new(),
+            index: HashMap::default(),
+            hint: 0,
+            paths: FxHashSet::default(),
+            keep_args: true,
+            threads: 0,
+            failed_spawns: 0,
+            lost: LostCounts::default(),
+            exits_without_notify: 0,
+            first_ns: None,
+            last_ns: 0,
+            root: None,
+            new_execs: None,
+        }
+    }
+}
+
 impl Trace {
     fn process(&mut self, key: ProcKey) -> &mut Process {
-        self.processes
-            .entry(key)
-            .or_insert_with(|| Process::new(key))
+        // Records mostly come in creation order, table by table: try the process after the
+        // last one first, which saves a random probe into a table of millions.
+        for i in [self.hint + 1, self.hint] {
+            if self.processes.get(i).is_some_and(|p| p.key == key) {
+                self.hint = i;
+                return &mut self.processes[i];
+            }
+        }
+        let next = self.processes.len();
+        let i = *self.index.entry(key).or_insert(next);
+        if i == next {
+            self.processes.push(Process::new(key));
+        }
+        self.hint = i;
+        &mut self.processes[i]
+    }
+
+    pub fn get(&self, key: &ProcKey) -> Option<&Process> {
+        self.index.get(key).map(|&i| &self.processes[i])
+    }
+
+    /// The one shared copy of these bytes.
+    pub fn intern(&mut self, bytes: &[u8]) -> Shared {
+        if let Some(s) = self.paths.get(bytes) {
+            return s.clone();
+        }
+        let s: Shared = bytes.into();
+        self.paths.insert(s.clone());
+        s
+    }
+
+    /// Room for `n` more processes (a recording knows its size up front).
+    pub fn reserve(&mut self, n: usize) {
+        self.processes.reserve(n);
+        self.index.reserve(n);
     }
 
     pub fn set_root(&mut self, pid: u32) {
@@ -187,50 +273,75 @@ impl Trace {
                     let p = self.process(r.hdr.proc);
                     p.parent = Some(r.parent);
                     p.method = method;
-                    p.spawn = Some(r);
+                    p.spawn = Some(Spawn {
+                        start_ns: r.start_ns,
+                        ts_ns: r.hdr.ts_ns,
+                        fork_ns: r.fork_ns,
+                        pagetable_copy_ns: r.pagetable_copy_ns,
+                        vfork_wait_ns: r.vfork_wait_ns,
+                        parent_comm: r.parent_comm,
+                    });
                 }
             }
             Record::Exec(r) => {
-                let attempt = ExecAttempt::from(r.as_ref());
+                let path = self.intern(c_bytes(&r.path));
+                let attempt = ExecAttempt::new(&r, path, self.keep_args);
                 if let Some(log) = &mut self.new_execs
                     && attempt.errno == 0
                 {
-                    log.push((r.hdr.proc.pid, attempt.path.clone()));
+                    log.push((r.hdr.proc.pid, attempt.path.to_vec()));
                 }
-                self.process(r.hdr.proc).execs.push(attempt);
+                push_one(&mut self.process(r.hdr.proc).execs, attempt);
             }
-            Record::Ld(r) => self.process(r.hdr.proc).lds.push(r),
+            Record::Ld(r) => push_one(&mut self.process(r.hdr.proc).lds, r),
             Record::Exit(r) => {
                 if r.notified == 0 {
                     self.exits_without_notify += 1;
                 }
-                self.process(r.hdr.proc).exit = Some(r);
+                self.process(r.hdr.proc).exit = Some(Exit {
+                    exit_code: r.exit_code,
+                    notified: r.notified != 0,
+                    exit_ns: r.exit_ns,
+                    exit_teardown_ns: r.exit_teardown_ns,
+                    cow_faults: r.cow_faults,
+                });
             }
         }
     }
 
-    /// Processes in creation order.
-    pub fn by_start(&self) -> Vec<&Process> {
-        let mut v: Vec<&Process> = self.processes.values().collect();
-        v.sort_by_key(|p| (p.start_ns(), p.key));
+    /// Indices of the processes in creation order.
+    pub fn by_start(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.processes.len()).collect();
+        v.sort_by_key(|&i| (self.processes[i].start_ns(), self.processes[i].key));
         v
     }
 
-    /// For each process: its binary when it was created (the parent's binary at that time),
-    /// and its final binary (its last successful exec, else the one it was created with).
-    pub fn binaries(&self) -> HashMap<ProcKey, Binaries> {
-        let mut out: HashMap<ProcKey, Binaries> = HashMap::new();
-        for p in self.by_start() {
-            let at_spawn = match p.parent {
-                Some(parent_key) => match self.processes.get(&parent_key) {
-                    Some(parent) => parent
-                        .exec_path_before(p.start_ns())
-                        .map(<[u8]>::to_vec)
-                        .or_else(|| out.get(&parent_key).map(|b| b.at_spawn.clone()))
-                        .unwrap_or_else(|| comm_label(p)),
-                    None => comm_label(p),
+    /// For each process (by index): its binary when it was created (the parent's binary at
+    /// that time), and its final binary (its last successful exec, else the one it was
+    /// created with).
+    pub fn binaries(&self, order: &[usize]) -> Vec<Binaries> {
+        let mut labels: HashMap<Vec<u8>, Shared> = HashMap::new();
+        let mut label = |bytes: Vec<u8>| -> Shared {
+            labels
+                .entry(bytes)
+                .or_insert_with_key(|b| b.as_slice().into())
+                .clone()
+        };
+        let forkprof = label(b"[forkprof]".to_vec());
+        let mut out: Vec<Option<Binaries>> = vec![None; self.processes.len()];
+        for &i in order {
+            let p = &self.processes[i];
+            let parent = p.parent.and_then(|k| self.index.get(&k).copied());
+            let at_spawn = match (p.parent, parent) {
+                (None, _) => forkprof.clone(),
+                (Some(_), Some(pi)) => match self.processes[pi].exec_path_before(p.start_ns()) {
+                    Some(path) => path.clone(),
+                    None => match &out[pi] {
+                        Some(b) => b.at_spawn.clone(),
+                        None => label(comm_label(p)),
+                    },
                 },
-                None => b"[forkprof]".to_vec(),
+                (Some(_), None) => label(comm_label(p)),
             };
             let last = p
                 .execs
@@ -239,10 +350,56 @@ impl Trace {
                 .find(|e| e.errno == 0)
                 .map(|e| e.path.clone())
                 .unwrap_or_else(|| at_spawn.clone());
-            out.insert(p.key, Binaries { at_spawn, last });
+            out[i] = Some(Binaries { at_spawn, last });
         }
-        out
+        out.into_iter()
+            .map(|b| {
+                b.unwrap_or_else(|| Binaries {
+                    at_spawn: forkprof.clone(),
+                    last: forkprof.clone(),
+                })
+            })
+            .collect()
     }
+}
+
+/// Hashes process keys with the splitmix64 finalizer: keys are near-sequential (pids and
+/// creation times), which weak multiplicative hashes cluster into long probe sequences.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = splitmix64(self.0 ^ u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.0 = splitmix64(self.0 ^ u64::from(v));
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = splitmix64(self.0.rotate_left(5) ^ v);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Pushes without Vec's minimum capacity of 4: most processes exec once.
+fn push_one<T>(v: &mut Vec<T>, item: T) {
+    if v.capacity() == v.len() {
+        v.reserve_exact(1);
+    }
+    v.push(item);
 }
 
 /// `[comm]` of the parent, from the spawn record, when its binary is unknown.
@@ -255,10 +412,10 @@ fn comm_label(p: &Process) -> Vec<u8> {
     [b"[".as_slice(), &comm, b"]"].concat()
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Binaries {
     /// The binary the process was running when created (its parent's).
-    pub at_spawn: Vec<u8>,
+    pub at_spawn: Shared,
     /// The binary the process ran last.
-    pub last: Vec<u8>,
+    pub last: Shared,
 }

@@ -4,17 +4,16 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use crate::model::{Report, report::GroupBy};
+use crate::model::Report;
 
-/// Folded stacks: "make;sh;gcc;cc1 123456" per line.
+/// Folded stacks: "make;sh;gcc;cc1 123456" per line (needs `Context::folded`).
 pub fn folded_lines(report: &Report) -> Vec<String> {
     report
-        .group(GroupBy::Ancestry)
+        .folded
+        .as_deref()
+        .unwrap_or_default()
         .iter()
-        .filter_map(|row| {
-            let total = row.phases.get("spawn_cost").map_or(0, |s| s.total);
-            (total > 0).then(|| format!("{} {total}", row.binary))
-        })
+        .map(|(stack, total)| format!("{stack} {total}"))
         .collect()
 }
 

@@ -7,49 +7,80 @@ use anyhow::Result;
 use forkprof_common::{ProcKey, ld_outcome};
 use serde_json::{Value, json};
 
-use crate::model::{Trace, report::escape};
+use crate::model::{
+    Trace,
+    report::{Filter, escape},
+};
 
-struct Timeline {
-    events: Vec<Value>,
+/// Streams events to the output as they are made: a timeline of millions of slices must not
+/// be held in memory.
+struct Timeline<'a> {
+    out: &'a mut dyn Write,
+    written: u64,
     origin: u64,
 }
 
-impl Timeline {
+impl Timeline<'_> {
+    fn emit(&mut self, event: Value) -> Result<()> {
+        if self.written > 0 {
+            self.out.write_all(b",\n")?;
+        }
+        serde_json::to_writer(&mut *self.out, &event)?;
+        self.written += 1;
+        Ok(())
+    }
+
     fn us(&self, ns: u64) -> f64 {
         ns.saturating_sub(self.origin) as f64 / 1e3
     }
 
-    fn slice(&mut self, track: usize, name: &str, start_ns: u64, dur_ns: u64, args: Value) {
+    fn slice(
+        &mut self,
+        track: usize,
+        name: &str,
+        start_ns: u64,
+        dur_ns: u64,
+        args: Value,
+    ) -> Result<()> {
         let ts = self.us(start_ns);
-        self.events.push(json!({
+        self.emit(json!({
             "name": name, "cat": "spawn", "ph": "X", "pid": track, "tid": track,
             "ts": ts, "dur": dur_ns as f64 / 1e3, "args": args,
-        }));
+        }))
     }
 }
 
-pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
-    let procs = trace.by_start();
-    let binaries = trace.binaries();
+/// Writes the processes that `filter` keeps (the same filter as the report's).
+pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> {
+    let first_ns = trace.first_ns.unwrap_or(0);
+    let all = trace.by_start();
+    let binaries = trace.binaries(&all);
+    let order: Vec<usize> = all
+        .into_iter()
+        .filter(|&i| filter.matches(&trace.processes[i], &binaries[i], first_ns))
+        .collect();
+    let procs: Vec<&crate::model::Process> = order.iter().map(|&i| &trace.processes[i]).collect();
     let track: HashMap<ProcKey, usize> = procs
         .iter()
         .enumerate()
         .map(|(i, p)| (p.key, i + 1))
         .collect();
+    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
     let mut t = Timeline {
-        events: Vec::new(),
+        out,
+        written: 0,
         origin: trace.first_ns.unwrap_or(0),
     };
     for (i, p) in procs.iter().enumerate() {
         let id = i + 1;
-        let bin = escape(&binaries[&p.key].last);
-        t.events.push(json!({
+        let bin = escape(&binaries[order[i]].last);
+        t.emit(json!({
             "name": "process_name", "ph": "M", "pid": id,
             "args": {"name": format!("{bin} [{}]", p.key.pid)},
-        }));
+        }))?;
         let created = p
             .spawn
-            .map(|s| s.hdr.ts_ns.min(p.key.start_ns.max(s.start_ns)))
+            .map(|s| s.ts_ns.min(p.key.start_ns.max(s.start_ns)))
             .unwrap_or(p.key.start_ns);
         let created = if created == 0 { t.origin } else { created };
         let end = p
@@ -63,7 +94,7 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
             created,
             end - created,
             json!({"pid": p.key.pid, "method": p.method.name()}),
-        );
+        )?;
         if let Some(s) = &p.spawn
             && let Some(parent) = p.parent.and_then(|k| track.get(&k))
         {
@@ -73,7 +104,7 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
                 s.start_ns,
                 s.fork_ns,
                 json!({"child": p.key.pid, "pagetable_copy_ns": s.pagetable_copy_ns}),
-            );
+            )?;
             if s.vfork_wait_ns > 0 {
                 t.slice(
                     *parent,
@@ -81,11 +112,11 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
                     s.start_ns + s.fork_ns,
                     s.vfork_wait_ns,
                     json!({}),
-                );
+                )?;
             }
             let flow = json!({"name": "spawn", "cat": "spawn", "id": id, "pid": parent, "tid": parent, "ph": "s", "ts": t.us(s.start_ns)});
-            t.events.push(flow);
-            t.events.push(json!({"name": "spawn", "cat": "spawn", "id": id, "pid": id, "tid": id, "ph": "f", "bp": "e", "ts": t.us(created)}));
+            t.emit(flow)?;
+            t.emit(json!({"name": "spawn", "cat": "spawn", "id": id, "pid": id, "tid": id, "ph": "f", "bp": "e", "ts": t.us(created)}))?;
         }
         for e in &p.execs {
             let start = e.ts_ns.saturating_sub(e.exec_ns);
@@ -96,7 +127,7 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
                     start,
                     e.exec_ns,
                     json!({"path": escape(&e.path), "errno": e.errno}),
-                );
+                )?;
                 continue;
             }
             t.slice(
@@ -105,15 +136,15 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
                 start,
                 e.exec_ns,
                 json!({"path": escape(&e.path)}),
-            );
-            t.slice(id, "exec_prepare", start, e.exec_prepare_ns, json!({}));
+            )?;
+            t.slice(id, "exec_prepare", start, e.exec_prepare_ns, json!({}))?;
             t.slice(
                 id,
                 "exec_load",
                 start + e.exec_prepare_ns,
                 e.exec_load_ns,
                 json!({}),
-            );
+            )?;
         }
         for ld in &p.lds {
             if ld.outcome != ld_outcome::COMPLETE {
@@ -122,18 +153,18 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
             let reloc = ld.hdr.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
             let map = reloc.saturating_sub(ld.ld_map_ns);
             let start = map.saturating_sub(ld.ld_start_ns);
-            t.slice(id, "ld_start", start, ld.ld_start_ns, json!({}));
+            t.slice(id, "ld_start", start, ld.ld_start_ns, json!({}))?;
             t.slice(
                 id,
                 "ld_map",
                 map,
                 ld.ld_map_ns,
                 json!({"objects": ld.openat_count.saturating_sub(1)}),
-            );
-            t.slice(id, "ld_reloc_init", reloc, ld.ld_reloc_init_ns, json!({}));
+            )?;
+            t.slice(id, "ld_reloc_init", reloc, ld.ld_reloc_init_ns, json!({}))?;
         }
         if let Some(x) = &p.exit
-            && x.notified != 0
+            && x.notified
         {
             t.slice(
                 id,
@@ -141,13 +172,9 @@ pub fn write(trace: &Trace, out: &mut dyn Write) -> Result<()> {
                 x.exit_ns,
                 x.exit_teardown_ns,
                 json!({"exit_code": x.exit_code}),
-            );
+            )?;
         }
     }
-    serde_json::to_writer(
-        &mut *out,
-        &json!({"traceEvents": t.events, "displayTimeUnit": "ns"}),
-    )?;
-    writeln!(out)?;
+    t.out.write_all(b"\n]}\n")?;
     Ok(())
 }

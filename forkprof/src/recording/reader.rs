@@ -122,9 +122,16 @@ impl Recording {
         }
     }
 
-    /// Rebuilds the trace from every stored record.
-    pub fn load(&self) -> Result<Trace, RecordingError> {
+    /// Rebuilds the trace from every stored record. `keep_args`: keep exec arguments (only
+    /// per-process output shows them).
+    pub fn load(&self, keep_args: bool) -> Result<Trace, RecordingError> {
         let mut trace = Trace::default();
+        trace.keep_args = keep_args;
+        let n: i64 = self
+            .conn
+            .query_row("SELECT count(*) FROM spawns", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        trace.reserve(n.max(0) as usize);
         self.load_into(&mut trace).map_err(|e| self.err(e))?;
         let num = |k: &str| self.meta.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         trace.lost.ringbuf_full = num("lost_ringbuf_full");

@@ -1,0 +1,35 @@
+-- forkprof recording schema, version 1 (see docs/recording.md).
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- One row per fork-family syscall of a traced process (threads included, method 'thread').
+CREATE TABLE spawns (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
+    parent_pid INTEGER NOT NULL, parent_start_ns INTEGER NOT NULL,
+    parent_tid INTEGER NOT NULL, child_tid INTEGER NOT NULL,
+    method TEXT NOT NULL, syscall INTEGER NOT NULL, clone_flags INTEGER NOT NULL,
+    errno INTEGER NOT NULL, syscall_start_ns INTEGER NOT NULL,
+    fork_ns INTEGER NOT NULL, pagetable_copy_ns INTEGER NOT NULL,
+    vfork_wait_ns INTEGER NOT NULL, parent_comm TEXT NOT NULL);
+-- One row per exec attempt, failed ones included.
+CREATE TABLE execs (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
+    tid INTEGER NOT NULL, path TEXT NOT NULL, args TEXT, argc INTEGER NOT NULL,
+    errno INTEGER NOT NULL, exec_ns INTEGER NOT NULL, exec_prepare_ns INTEGER NOT NULL,
+    exec_load_ns INTEGER NOT NULL, atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
+    cow_faults INTEGER NOT NULL);
+-- One row per dynamic-linker window after a successful exec.
+CREATE TABLE lds (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
+    outcome TEXT NOT NULL, openat_count INTEGER NOT NULL, syscalls INTEGER NOT NULL,
+    ld_start_ns INTEGER NOT NULL, ld_map_ns INTEGER NOT NULL, ld_reloc_init_ns INTEGER NOT NULL,
+    atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL);
+CREATE TABLE exits (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
+    exit_code INTEGER NOT NULL, notified INTEGER NOT NULL, exit_teardown_ns INTEGER NOT NULL,
+    cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL);
+-- Written when the recording ends: one row per process, and its phases.
+CREATE TABLE processes (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, parent_pid INTEGER,
+    method TEXT NOT NULL, binary TEXT NOT NULL, parent_binary TEXT NOT NULL,
+    exit_code INTEGER, exit_signal INTEGER, PRIMARY KEY (pid, start_ns));
+CREATE TABLE phases (
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, phase TEXT NOT NULL, value INTEGER NOT NULL);

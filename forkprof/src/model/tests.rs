@@ -214,3 +214,107 @@ fn exit_status_decoding() {
     );
     assert_eq!(ExitStatus::Signal(9).shell_code(), 137);
 }
+
+/// A parent (/bin/PARENT, pid 1) with `n` fork children that exec /bin/CHILD.
+fn family(parent: &[u8], child: &[u8], n: u32, pagetable_ns: u64, failed_per_child: u32) -> Trace {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    t.ingest(exec(root, 100_000, parent, 0, 0));
+    for i in 0..n {
+        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+        let Record::Spawn(mut s) = spawn(root, c, 56, SIGCHLD) else {
+            unreachable!()
+        };
+        s.pagetable_copy_ns = pagetable_ns;
+        s.fork_ns = pagetable_ns + 10_000;
+        t.ingest(Record::Spawn(s));
+        for f in 0..failed_per_child {
+            t.ingest(exec(
+                c,
+                c.start_ns + 100_000 + u64::from(f),
+                b"/nope/x",
+                libc::ENOENT,
+                0,
+            ));
+        }
+        t.ingest(exec(c, c.start_ns + 200_000, child, 0, 1));
+        t.ingest(ld(c, ld_outcome::COMPLETE));
+        t.ingest(exit(c, 0));
+    }
+    t
+}
+
+fn hints_of(t: &Trace) -> Vec<&'static str> {
+    Report::build(t, &Context::for_run(&|_| false))
+        .hints
+        .iter()
+        .map(|h| h.rule)
+        .collect()
+}
+
+#[test]
+fn hint_pagetable_copy_needs_many_slow_forks() {
+    use super::hints::{PAGETABLE_MIN_FORKS, PAGETABLE_MIN_MEAN_NS};
+    let slow = family(
+        b"/bin/make",
+        b"/bin/cc",
+        PAGETABLE_MIN_FORKS as u32,
+        PAGETABLE_MIN_MEAN_NS,
+        0,
+    );
+    assert!(hints_of(&slow).contains(&"pagetable_copy"));
+    let fast = family(b"/bin/make", b"/bin/cc", 20, PAGETABLE_MIN_MEAN_NS / 2, 0);
+    assert!(!hints_of(&fast).contains(&"pagetable_copy"));
+    let few = family(
+        b"/bin/make",
+        b"/bin/cc",
+        PAGETABLE_MIN_FORKS as u32 - 1,
+        5_000_000,
+        0,
+    );
+    assert!(!hints_of(&few).contains(&"pagetable_copy"));
+}
+
+#[test]
+fn hint_dynamic_linking_when_ld_dominates() {
+    // ld_* (150+200+50 us) against fork (10 us) + exec (100 us) + teardown (20 us): > 50%.
+    let t = family(b"/bin/make", b"/bin/cc", 10, 0, 0);
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let hint = report
+        .hints
+        .iter()
+        .find(|h| h.rule == "dynamic_linking")
+        .expect("dynamic_linking hint");
+    assert!(
+        hint.text.contains("`cc`") && hint.text.contains("1 objects"),
+        "{}",
+        hint.text
+    );
+    let few = family(b"/bin/make", b"/bin/cc", 9, 0, 0);
+    assert!(!hints_of(&few).contains(&"dynamic_linking"));
+}
+
+#[test]
+fn hint_path_search_counts_failed_execs_per_success() {
+    let t = family(b"/bin/sh", b"/bin/cc", 10, 0, 2);
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let hint = report
+        .hints
+        .iter()
+        .find(|h| h.rule == "path_search")
+        .expect("hint");
+    assert!(
+        hint.text.contains("2.0 failed execs per success in `sh`"),
+        "{}",
+        hint.text
+    );
+    let once = family(b"/bin/sh", b"/bin/cc", 10, 0, 0);
+    assert!(!hints_of(&once).contains(&"path_search"));
+}
+
+#[test]
+fn hint_atime_when_exec_dirtied_inodes() {
+    let t = sample();
+    assert!(hints_of(&t).contains(&"atime"));
+}

@@ -26,7 +26,11 @@ fn report_json(file: &Path, extra: &[&str]) -> (i32, Value, String) {
 
 fn sqlite(file: &Path, sql: &str) -> String {
     let out = Command::new("sqlite3").arg(file).arg(sql).output().unwrap();
-    assert!(out.status.success(), "sqlite3: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "sqlite3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
@@ -43,17 +47,32 @@ fn run_o_records_what_run_reports() {
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let (code, rep, err) = report_json(&db, &["--processes"]);
     assert_eq!(code, 0, "{err}");
-    for key in ["processes", "execs", "failed_execs", "threads", "lost_events"] {
-        assert_eq!(rep["summary"][key], run.report["summary"][key], "summary.{key}");
+    for key in [
+        "processes",
+        "execs",
+        "failed_execs",
+        "threads",
+        "lost_events",
+    ] {
+        assert_eq!(
+            rep["summary"][key], run.report["summary"][key],
+            "summary.{key}"
+        );
     }
     assert_eq!(rep["methods"], run.report["methods"]);
     assert_eq!(rep["phases"]["exec"], run.report["phases"]["exec"]);
     assert_eq!(rep["exit"]["code"], 0);
     // The derived tables, as people query them from the sqlite3 shell.
     assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "31");
-    assert_eq!(sqlite(&db, "SELECT count(*) FROM execs WHERE errno = 0"), "31");
     assert_eq!(
-        sqlite(&db, "SELECT count(DISTINCT pid) FROM phases WHERE phase = 'vfork_wait'"),
+        sqlite(&db, "SELECT count(*) FROM execs WHERE errno = 0"),
+        "31"
+    );
+    assert_eq!(
+        sqlite(
+            &db,
+            "SELECT count(DISTINCT pid) FROM phases WHERE phase = 'vfork_wait'"
+        ),
         "30"
     );
     let meta = std::fs::metadata(&db).unwrap();
@@ -73,10 +92,18 @@ fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
         .env("SUDO_GID", "65534")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let meta = std::fs::metadata(&db).unwrap();
     assert_eq!((meta.uid(), meta.mode() & 0o777), (65534, 0o600));
-    assert_eq!(sqlite(&db, "SELECT count(*) FROM execs WHERE args IS NOT NULL"), "0");
+    assert_eq!(
+        sqlite(&db, "SELECT count(*) FROM execs WHERE args IS NOT NULL"),
+        "0"
+    );
     assert_eq!(sqlite(&db, "SELECT max(argc) FROM execs"), "3");
     let bytes = std::fs::read(&db).unwrap();
     assert!(
@@ -90,7 +117,10 @@ fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
 fn outsider(dir: &Path, n: u32) -> (std::path::PathBuf, String) {
     let bin = dir.join("fp-record-probe");
     std::fs::copy("/bin/true", &bin).unwrap();
-    (bin.clone(), format!("for i in $(seq {n}); do {}; done", bin.display()))
+    (
+        bin.clone(),
+        format!("for i in $(seq {n}); do {}; done", bin.display()),
+    )
 }
 
 fn binary_row<'a>(rep: &'a Value, needle: &str) -> Option<&'a Value> {
@@ -114,7 +144,13 @@ fn record_system_wide_for_a_duration() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
+    assert!(
+        Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .unwrap()
+            .success()
+    );
     let status = rec.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     let (code, rep, err) = report_json(&db, &[]);
@@ -138,7 +174,10 @@ fn record_p_follows_one_tree_only() {
         go.display(),
         bin.display()
     );
-    let mut tree = Command::new("sh").args(["-c", &traced_script]).spawn().unwrap();
+    let mut tree = Command::new("sh")
+        .args(["-c", &traced_script])
+        .spawn()
+        .unwrap();
     let mut rec = Command::new(forkprof())
         .args(["record", "-p", &tree.id().to_string(), "-o"])
         .arg(&db)
@@ -147,7 +186,13 @@ fn record_p_follows_one_tree_only() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     // Outside the tree: the same binary, 30 more times.
-    assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
+    assert!(
+        Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .unwrap()
+            .success()
+    );
     std::fs::write(&go, "").unwrap();
     assert!(tree.wait().unwrap().success());
     // SAFETY: plain syscall.
@@ -161,7 +206,10 @@ fn record_p_follows_one_tree_only() {
 }
 
 fn forkprof_programs_loaded() -> usize {
-    let out = Command::new("bpftool").args(["prog", "show"]).output().unwrap();
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter(|l| l.contains("forkprof_"))
@@ -189,7 +237,10 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     noise.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while forkprof_programs_loaded() > 0 {
-        assert!(Instant::now() < deadline, "forkprof programs still loaded after SIGKILL");
+        assert!(
+            Instant::now() < deadline,
+            "forkprof programs still loaded after SIGKILL"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let (code, rep, err) = report_json(&db, &[]);
@@ -205,20 +256,32 @@ fn bad_files_get_one_line_and_exit_2() {
     // A real recording to damage.
     let good = dir.join("good.db");
     let w = workload();
-    let run = run_traced_with(&["-o", good.to_str().unwrap()], &[w.to_str().unwrap(), "exit", "0"], |_| {});
+    let run = run_traced_with(
+        &["-o", good.to_str().unwrap()],
+        &[w.to_str().unwrap(), "exit", "0"],
+        |_| {},
+    );
     assert_eq!(run.code(), 0);
     let bytes = std::fs::read(&good).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty.db", vec![], "empty file"),
-        ("foreign.db", b"hello, this is not a database at all".to_vec(), "not an SQLite database"),
+        (
+            "foreign.db",
+            b"hello, this is not a database at all".to_vec(),
+            "not an SQLite database",
+        ),
         ("truncated.db", bytes[..bytes.len() / 3].to_vec(), ""),
-        ("corrupt.db", {
-            let mut b = bytes.clone();
-            for x in b.iter_mut().skip(100).step_by(7) {
-                *x ^= 0x5a;
-            }
-            b
-        }, ""),
+        (
+            "corrupt.db",
+            {
+                let mut b = bytes.clone();
+                for x in b.iter_mut().skip(100).step_by(7) {
+                    *x ^= 0x5a;
+                }
+                b
+            },
+            "",
+        ),
     ];
     for (name, content, want) in cases {
         let path = dir.join(name);
@@ -226,7 +289,10 @@ fn bad_files_get_one_line_and_exit_2() {
         let (code, _, err) = report_json(&path, &[]);
         assert_eq!(code, 2, "{name}: {err}");
         assert_eq!(err.lines().count(), 1, "{name}: {err}");
-        assert!(err.contains(path.to_str().unwrap()) && err.contains(want), "{name}: {err}");
+        assert!(
+            err.contains(path.to_str().unwrap()) && err.contains(want),
+            "{name}: {err}"
+        );
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
     // Another program's SQLite database, and one from a newer forkprof.
@@ -237,7 +303,10 @@ fn bad_files_get_one_line_and_exit_2() {
     assert!(err.contains("no meta table"), "{err}");
     let newer = dir.join("newer.db");
     std::fs::copy(&good, &newer).unwrap();
-    sqlite(&newer, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+    sqlite(
+        &newer,
+        "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
+    );
     let (code, _, err) = report_json(&newer, &[]);
     assert_eq!(code, 2);
     assert!(err.contains("schema version 99"), "{err}");
@@ -251,7 +320,11 @@ fn flamegraph_folded_and_perfetto_outputs() {
     let w = workload();
     let run = run_traced_with(
         &["-o", db.to_str().unwrap()],
-        &["sh", "-c", &format!("{} spawn fork 5 /bin/true", w.display())],
+        &[
+            "sh",
+            "-c",
+            &format!("{} spawn fork 5 /bin/true", w.display()),
+        ],
         |_| {},
     );
     assert_eq!(run.code(), 0);
@@ -269,7 +342,11 @@ fn flamegraph_folded_and_perfetto_outputs() {
         .arg(&trace)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let folded = std::fs::read_to_string(&folded).unwrap();
     let line = folded
         .lines()
@@ -277,7 +354,10 @@ fn flamegraph_folded_and_perfetto_outputs() {
         .unwrap_or_else(|| panic!("no sh;fp-workload;true stack in\n{folded}"));
     assert!(line.rsplit(' ').next().unwrap().parse::<u64>().unwrap() > 0);
     let svg = std::fs::read_to_string(&svg).unwrap();
-    assert!(svg.starts_with("<?xml") && svg.contains("fp-workload"), "not a flame graph");
+    assert!(
+        svg.starts_with("<?xml") && svg.contains("fp-workload"),
+        "not a flame graph"
+    );
     let trace: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     let count = |ph: &str, name: &str| {
@@ -289,13 +369,20 @@ fn flamegraph_folded_and_perfetto_outputs() {
     // sh, the workload, 5 children: one track (process_name) each.
     assert_eq!(count("M", "process_name"), 7);
     assert_eq!(count("X", "process"), 7);
-    assert_eq!(count("X", "fork"), 6, "sh forks the workload, the workload forks 5");
+    assert_eq!(
+        count("X", "fork"),
+        6,
+        "sh forks the workload, the workload forks 5"
+    );
     assert_eq!(count("s", ""), 6);
     assert_eq!(count("f", ""), 6);
     assert_eq!(count("X", "exec"), 7);
     assert_eq!(count("X", "ld_map"), 7);
     for e in events.iter().filter(|e| e["ph"] == "X") {
-        assert!(e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+        assert!(
+            e["dur"].as_f64().unwrap() >= 0.0 && e["ts"].as_f64().unwrap() >= 0.0,
+            "{e}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -28,8 +28,38 @@ pub enum Command {
     Record(RecordArgs),
     /// Report on a recording made by `record` or `run -o`.
     Report(ReportCmdArgs),
+    /// A live, system-wide view of process creation per binary (needs root).
+    Top(TopArgs),
+    /// Export live, system-wide spawn metrics for Prometheus (needs root).
+    Monitor(MonitorArgs),
     /// Show which kernel hooks load here, and why any are missing.
     Doctor,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Refresh interval.
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    pub interval: std::time::Duration,
+    /// Print one interval as plain text and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Print plain text every interval instead of the full-screen view (also without a TTY).
+    #[arg(long)]
+    pub plain: bool,
+    /// Binaries shown per interval in plain output.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub top: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct MonitorArgs {
+    /// Address to serve /metrics on.
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Binaries exported with their own series (by total spawn cost); the rest are `other`.
+    #[arg(long, default_value_t = 20, value_name = "K")]
+    pub top_binaries: usize,
 }
 
 #[derive(Args, Debug)]

@@ -4,13 +4,15 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use forkprof_common::stat;
 use tokio::io::{Interest, unix::AsyncFd};
 
-use crate::model::Trace;
+use crate::model::{Trace, live::Live};
 use crate::recording::Writer;
 use crate::records::decode;
 
-/// Where decoded records go: the in-memory trace, and the recording when there is one.
+/// Where decoded records go: the recording when there is one, and then the live aggregator
+/// (top, monitor) or else the in-memory trace (run, record).
 pub struct Sink<'a> {
     pub trace: &'a mut Trace,
+    pub live: Option<&'a mut Live>,
     pub writer: Option<&'a Writer>,
 }
 
@@ -72,7 +74,10 @@ fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
                 if let Some(w) = sink.writer {
                     w.record(&record);
                 }
-                sink.trace.ingest(record);
+                match sink.live.as_deref_mut() {
+                    Some(live) => live.ingest(record),
+                    None => sink.trace.ingest(record),
+                }
             }
             Err(_) => sink.trace.lost.undecodable += 1,
         }

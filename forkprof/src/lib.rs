@@ -9,6 +9,7 @@ pub mod compat;
 pub mod elf;
 pub mod ldprobes;
 pub mod loader;
+pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod privilege;

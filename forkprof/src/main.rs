@@ -9,6 +9,8 @@ fn main() {
         cli::Command::Run(args) => cmd::run::run(args, verbose),
         cli::Command::Record(args) => cmd::record::run(args),
         cli::Command::Report(args) => cmd::report::run(args),
+        cli::Command::Top(args) => cmd::top::run(args),
+        cli::Command::Monitor(args) => cmd::monitor::run(args),
         cli::Command::Doctor => cmd::doctor::run(),
     };
     match result {

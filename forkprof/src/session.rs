@@ -11,7 +11,7 @@ use forkprof_common::{ProcKey, ProcState};
 use crate::collector::{Collector, Sink};
 use crate::ldprobes::LdProbes;
 use crate::loader::{self, LoadOptions, Loaded};
-use crate::model::{Report, Trace};
+use crate::model::{Report, Trace, live::Live};
 use crate::privilege::InvokingUser;
 use crate::recording::Writer;
 
@@ -32,6 +32,8 @@ pub struct Session {
     ld_probes: Option<LdProbes>,
     writer: Option<Writer>,
     pub trace: Trace,
+    /// When set (top, monitor), records feed this instead of `trace`.
+    pub live: Option<Live>,
     pub started: Instant,
 }
 
@@ -112,6 +114,7 @@ impl Session {
             ld_probes,
             writer,
             trace,
+            live: None,
             started: Instant::now(),
         })
     }
@@ -154,6 +157,7 @@ impl Session {
         loop {
             let mut sink = Sink {
                 trace: &mut self.trace,
+                live: self.live.as_mut(),
                 writer: self.writer.as_ref(),
             };
             tokio::select! {
@@ -177,10 +181,17 @@ impl Session {
         }
     }
 
+    /// The kernel's loss counters now (also kept in `trace.lost`).
+    pub fn losses(&mut self) -> Result<u64> {
+        self.collector.read_losses(&mut self.trace)?;
+        Ok(self.trace.lost.total())
+    }
+
     /// Takes what is left in the ring buffer and the final loss counters.
     pub fn drain(&mut self) -> Result<()> {
         let mut sink = Sink {
             trace: &mut self.trace,
+            live: self.live.as_mut(),
             writer: self.writer.as_ref(),
         };
         self.collector.drain(&mut sink);

@@ -57,11 +57,12 @@ const APT_PACKAGES: &[&str] = &[
     "e2fsprogs",
     "tmux",
     "sqlite3",
+    "prometheus",
+    "curl",
     // the accuracy tests' C fixtures: static, dynamic, and linked to several libraries
     "gcc",
     "libc6-dev",
     "libssl-dev",
-    "zlib1g-dev",
 ];
 
 pub fn root() -> PathBuf {

@@ -1,10 +1,12 @@
 //! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
 //! unit-tested from synthetic records.
 pub mod hints;
+pub mod live;
 pub mod method;
 pub mod phases;
 pub mod report;
 pub mod stats;
+pub mod top;
 pub mod trace;
 
 pub use method::Method;
@@ -14,3 +16,5 @@ pub use trace::{Process, Trace};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub mod tests_support;

@@ -89,6 +89,8 @@ pub struct Spawn {
 pub struct Exit {
     pub exit_code: u32,
     pub notified: bool,
+    /// The task's comm at exit.
+    pub comm: [u8; forkprof_common::COMM_LEN],
     pub exit_ns: u64,
     pub exit_teardown_ns: u64,
     pub cow_faults: u64,
@@ -98,6 +100,9 @@ pub struct Exit {
 pub struct Process {
     pub key: ProcKey,
     pub parent: Option<ProcKey>,
+    /// The parent's binary when the spawn record arrived, if the parent was known then
+    /// (what a live view uses once the parent is gone).
+    pub inherited: Option<Shared>,
     pub method: Method,
     pub spawn: Option<Spawn>,
     pub execs: Vec<ExecAttempt>,
@@ -110,6 +115,7 @@ impl Process {
         Self {
             key,
             parent: None,
+            inherited: None,
             method: Method::Unknown,
             spawn: None,
             execs: Vec::new(),
@@ -237,6 +243,21 @@ impl Trace {
         s
     }
 
+    /// Removes and returns the processes for which `done` is true (the live views evict
+    /// finished processes so that memory stays bounded).
+    pub fn take(&mut self, mut done: impl FnMut(&Process) -> bool) -> Vec<Process> {
+        let (gone, kept): (Vec<Process>, Vec<Process>) = std::mem::take(&mut self.processes)
+            .into_iter()
+            .partition(|p| done(p));
+        self.processes = kept;
+        self.index.clear();
+        for (i, p) in self.processes.iter().enumerate() {
+            self.index.insert(p.key, i);
+        }
+        self.hint = 0;
+        gone
+    }
+
     /// Room for `n` more processes (a recording knows its size up front).
     pub fn reserve(&mut self, n: usize) {
         self.processes.reserve(n);
@@ -270,8 +291,15 @@ impl Trace {
                 } else if method == Method::Thread {
                     self.threads += 1;
                 } else {
+                    let inherited = self.get(&r.parent).and_then(|parent| {
+                        parent
+                            .exec_path_before(r.hdr.ts_ns)
+                            .cloned()
+                            .or_else(|| parent.inherited.clone())
+                    });
                     let p = self.process(r.hdr.proc);
                     p.parent = Some(r.parent);
+                    p.inherited = inherited;
                     p.method = method;
                     p.spawn = Some(Spawn {
                         start_ns: r.start_ns,
@@ -301,6 +329,7 @@ impl Trace {
                 self.process(r.hdr.proc).exit = Some(Exit {
                     exit_code: r.exit_code,
                     notified: r.notified != 0,
+                    comm: r.comm,
                     exit_ns: r.exit_ns,
                     exit_teardown_ns: r.exit_teardown_ns,
                     cow_faults: r.cow_faults,

@@ -4,6 +4,7 @@ pub mod flamegraph;
 pub mod json;
 pub mod perfetto;
 pub mod table;
+pub mod tui;
 
 /// A duration in nanoseconds for people: "812 ns", "41.2 µs", "25.1 ms", "1.20 s".
 pub fn duration(ns: u64) -> String {

@@ -1,0 +1,105 @@
+//! `forkprof monitor --listen ADDR:PORT`: system-wide live metrics at /metrics.
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use axum::{Router, http::header, response::IntoResponse, routing::get};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::MonitorArgs;
+use crate::elf::LoaderCache;
+use crate::loader;
+use crate::metrics::Metrics;
+use crate::model::live::Live;
+use crate::session::{Options, Session, monotonic_ns};
+
+/// How often finished processes are folded into the metrics.
+const UPDATE_EVERY: Duration = Duration::from_millis(500);
+
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub fn run(args: MonitorArgs) -> Result<i32> {
+    loader::check_privileges()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let _in_runtime = runtime.enter();
+    // Bind first: a bad or busy address is reported before anything is loaded.
+    let listener = match runtime.block_on(tokio::net::TcpListener::bind(&args.listen)) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("forkprof: cannot listen on {}: {e}", args.listen);
+            return Ok(1);
+        }
+    };
+    let mut session = Session::start(Options {
+        trace_all: true,
+        precise_ld: false,
+        output: None,
+        keep_args: false,
+        owner: None,
+        meta: Vec::new(),
+    })?;
+    session.live = Some(Live::default());
+    let metrics = Arc::new(Mutex::new(Metrics::new(args.top_binaries)));
+    let served = metrics.clone();
+    let app = Router::new().route(
+        "/metrics",
+        get(move || {
+            let m = served.clone();
+            async move {
+                let body = m.lock().map(|m| m.encode()).unwrap_or(Err(std::fmt::Error));
+                match body {
+                    Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+                    Err(_) => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        "encoding failed",
+                    )
+                        .into_response(),
+                }
+            }
+        }),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut server_stop = stop_rx.clone();
+    let server = runtime.spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = server_stop.changed().await;
+            })
+            .await
+    });
+    eprintln!(
+        "forkprof: serving metrics at http://{}/metrics",
+        args.listen
+    );
+    let loaders = LoaderCache::default();
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    loop {
+        let stopped = runtime.block_on(session.run_until(async {
+            tokio::select! {
+                _ = tokio::time::sleep(UPDATE_EVERY) => false,
+                _ = int.recv() => true,
+                _ = term.recv() => true,
+            }
+        }))?;
+        let lost = session.losses()?;
+        let live = session.live.as_mut().expect("live session");
+        let done = live.sweep(monotonic_ns(), &|p| loaders.is_static(p));
+        {
+            let mut m = metrics.lock().expect("metrics lock");
+            m.observe(&done);
+            m.update(&live.counters, lost, live.in_flight());
+        }
+        if stopped {
+            break;
+        }
+    }
+    let _ = stop_tx.send(true);
+    runtime
+        .block_on(server)
+        .context("metrics server")?
+        .context("metrics server")?;
+    Ok(0)
+}

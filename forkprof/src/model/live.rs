@@ -1,0 +1,166 @@
+//! Live aggregation for `top` and `monitor`. Records stream in; counters move at once; a
+//! process is finished (its phases computed) once it has exited and `GRACE_NS` has passed
+//! for late records, then it is dropped, so memory is bounded by the processes alive.
+use forkprof_common::ld_outcome;
+
+use super::Method;
+use super::phases::Phases;
+use super::trace::{Process, Shared, Trace};
+use crate::records::{Record, c_bytes};
+
+/// How long after its exit a process waits for late records (a vfork parent's spawn record
+/// can arrive after the child has exited).
+pub const GRACE_NS: u64 = 1_000_000_000;
+
+/// Counters since start, updated as records arrive.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counters {
+    /// Processes created, by method.
+    pub spawns: [u64; METHODS.len()],
+    pub threads: u64,
+    pub failed_spawns: u64,
+    pub execs_ok: u64,
+    pub execs_failed: u64,
+}
+
+pub const METHODS: [Method; 5] = [
+    Method::Fork,
+    Method::Vfork,
+    Method::PosixSpawn,
+    Method::Clone3,
+    Method::Clone,
+];
+
+impl Counters {
+    pub fn spawns_total(&self) -> u64 {
+        self.spawns.iter().sum()
+    }
+}
+
+/// A process that has finished, with everything the live views show about it.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub binary: Shared,
+    pub parent_binary: Shared,
+    pub method: Method,
+    pub phases: Phases,
+    /// dynamic-linker objects opened (ld.so.cache excluded), when measured.
+    pub ld_objects: Option<u32>,
+}
+
+pub struct Live {
+    trace: Trace,
+    pub counters: Counters,
+    unknown: Shared,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        let mut trace = Trace::default();
+        trace.keep_args = false;
+        let unknown = trace.intern(b"?");
+        Self {
+            trace,
+            counters: Counters::default(),
+            unknown,
+        }
+    }
+}
+
+impl Live {
+    pub fn ingest(&mut self, record: Record) {
+        match &record {
+            Record::Spawn(r) => {
+                let method = Method::classify(r.syscall, r.clone_flags);
+                if r.errno != 0 {
+                    self.counters.failed_spawns += 1;
+                } else if method == Method::Thread {
+                    self.counters.threads += 1;
+                } else if let Some(i) = METHODS.iter().position(|&m| m == method) {
+                    self.counters.spawns[i] += 1;
+                }
+            }
+            Record::Exec(r) if r.errno == 0 => self.counters.execs_ok += 1,
+            Record::Exec(_) => self.counters.execs_failed += 1,
+            _ => {}
+        }
+        self.trace.ingest(record);
+    }
+
+    /// Processes being followed now.
+    pub fn in_flight(&self) -> usize {
+        self.trace.processes.len()
+    }
+
+    /// Finishes every process that exited at least `GRACE_NS` before `now_ns`.
+    /// `is_static` tells statically linked binaries (dynamic-linker phases 0).
+    pub fn sweep(&mut self, now_ns: u64, is_static: &dyn Fn(&[u8]) -> bool) -> Vec<Finished> {
+        let gone = self
+            .trace
+            .take(|p| p.exit.is_some_and(|x| x.exit_ns + GRACE_NS <= now_ns));
+        gone.iter().map(|p| self.finish(p, is_static)).collect()
+    }
+
+    fn finish(&self, p: &Process, is_static: &dyn Fn(&[u8]) -> bool) -> Finished {
+        let label =
+            |comm: &[u8]| -> Shared { [b"[".as_slice(), c_bytes(comm), b"]"].concat().into() };
+        let parent_binary = p.inherited.clone().unwrap_or_else(|| {
+            p.spawn
+                .map_or(self.unknown.clone(), |s| label(&s.parent_comm))
+        });
+        // Its last exec; else, if it was created under tracing, its parent's binary; else
+        // (it predates tracing) its own name at exit.
+        let binary = p
+            .execs
+            .iter()
+            .rev()
+            .find(|e| e.errno == 0)
+            .map(|e| e.path.clone())
+            .or_else(|| p.spawn.map(|_| parent_binary.clone()))
+            .or_else(|| p.exit.map(|x| label(&x.comm)))
+            .unwrap_or_else(|| self.unknown.clone());
+        let exec_ok = p.execs.iter().any(|e| e.errno == 0);
+        let phases = Phases::of(p, exec_ok && is_static(&binary));
+        Finished {
+            binary,
+            parent_binary,
+            method: p.method,
+            phases,
+            ld_objects: p
+                .lds
+                .iter()
+                .find(|l| l.outcome == ld_outcome::COMPLETE)
+                .map(|l| l.openat_count.saturating_sub(1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::phases::Phase;
+    use crate::model::tests_support::*;
+
+    #[test]
+    fn counts_at_once_and_finishes_after_the_grace_period() {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        let child = key(2, 1_000_000);
+        live.ingest(exec(root, 500_000, b"/bin/make", 0, 0));
+        live.ingest(spawn(root, child, 56, SIGCHLD));
+        live.ingest(exec(child, 1_200_000, b"/bin/cc", 0, 0));
+        live.ingest(exit(child, 0));
+        assert_eq!(live.counters.spawns_total(), 1);
+        assert_eq!(live.counters.execs_ok, 2);
+        assert_eq!(live.in_flight(), 2);
+        // exit_ns of the test records is 0: finished once GRACE_NS has passed.
+        assert!(live.sweep(GRACE_NS - 1, &|_| false).is_empty());
+        let done = live.sweep(GRACE_NS, &|_| false);
+        assert_eq!(done.len(), 1);
+        assert_eq!(&*done[0].binary, b"/bin/cc");
+        assert_eq!(&*done[0].parent_binary, b"/bin/make");
+        assert_eq!(done[0].method, Method::Fork);
+        assert!(done[0].phases.get(Phase::SpawnCost).unwrap() > 0);
+        assert_eq!(live.in_flight(), 1, "the root has not exited");
+    }
+}

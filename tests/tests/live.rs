@@ -1,0 +1,335 @@
+//! `top` in a real terminal (tmux) and `monitor` scraped by a real Prometheus server.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, require_root, tempdir};
+
+/// A uniquely named copy of `true` and a shell loop that runs it `n` times.
+fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
+    let bin = dir.join(name);
+    std::fs::copy("/bin/true", &bin).unwrap();
+    let script = format!("for i in $(seq {n}); do {}; done", bin.display());
+    (bin, script)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    fn new(name: &str) -> Self {
+        let session = format!("{name}-{}", std::process::id());
+        let st = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &session,
+                "-x",
+                "200",
+                "-y",
+                "50",
+                "bash --norc --noprofile",
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Self { session }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let st = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn alternate_screen(&self) -> bool {
+        let out = Command::new("tmux")
+            .args([
+                "display-message",
+                "-p",
+                "-t",
+                &self.session,
+                "#{alternate_on}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+#[test]
+fn top_in_a_real_terminal() {
+    require_root();
+    let dir = tempdir();
+    let (_, script) = probe(&dir, "fp-top-probe", 100_000);
+    let t = Tmux::new("fptop");
+    t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
+    wait_for("top's header", Duration::from_secs(20), || {
+        t.screen().contains("sort: spawns/s").then_some(())?;
+        Some(String::new())
+    });
+    assert!(t.alternate_screen(), "top draws on the alternate screen");
+    let mut load = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let row = wait_for("the probe's row", Duration::from_secs(20), || {
+        t.screen()
+            .lines()
+            .find(|l| l.contains("fp-top-probe"))
+            .map(str::to_string)
+    });
+    // BINARY, SPAWNS/S (> 0), MEAN COST, the phase bar, TOP PARENT (the shell loop).
+    let rate: f64 = row
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rate in {row:?}"));
+    assert!(rate > 0.0, "{row}");
+    assert!(
+        row.contains("/usr/bin/dash") || row.contains("sh"),
+        "top parent: {row}"
+    );
+    let header = t.screen();
+    let spawn_rate: f64 = header
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("spawns/s: now "))
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .expect("spawn rate in the header");
+    assert!(spawn_rate > 0.0, "{header}");
+    // Filter, sort, pause, help.
+    t.keys(&["/", "fp-top", "Enter"]);
+    let filtered = wait_for("the filter", Duration::from_secs(5), || {
+        let s = t.screen();
+        s.contains("filter: fp-top").then_some(s)
+    });
+    let rows: Vec<&str> = filtered
+        .lines()
+        .skip_while(|l| !l.contains("BINARY"))
+        .skip(1)
+        .take_while(|l| !l.contains("bar:"))
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert!(rows.iter().all(|l| l.contains("fp-top")), "{rows:?}");
+    t.keys(&["s"]);
+    wait_for("sort by mean cost", Duration::from_secs(5), || {
+        t.screen()
+            .contains("sort: mean cost")
+            .then_some(String::new())
+    });
+    t.keys(&["p"]);
+    wait_for("pause", Duration::from_secs(5), || {
+        t.screen().contains("[PAUSED]").then_some(String::new())
+    });
+    t.keys(&["h"]);
+    wait_for("help", Duration::from_secs(5), || {
+        t.screen().contains("this help").then_some(String::new())
+    });
+    t.keys(&["q"]);
+    wait_for("the shell back", Duration::from_secs(10), || {
+        (!t.alternate_screen()).then_some(String::new())
+    });
+    load.kill().unwrap();
+    load.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_without_a_tty_prints_plain_lines() {
+    require_root();
+    let dir = tempdir();
+    let (_, script) = probe(&dir, "fp-plain-probe", 100_000);
+    let mut load = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let out = Command::new(forkprof())
+        .args(["top", "--once", "--interval", "3s", "--top", "50"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    load.kill().unwrap();
+    load.wait().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("spawns/s="), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("fp-plain-probe"))
+        .unwrap_or_else(|| panic!("no probe line in\n{text}"));
+    assert!(line.contains("mean_spawn_cost_ns="), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Prometheus's value for an instant query, if it has one.
+fn query(prom: u16, q: &str) -> Option<f64> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", "-G"])
+        .arg(format!("http://127.0.0.1:{prom}/api/v1/query"))
+        .arg("--data-urlencode")
+        .arg(format!("query={q}"))
+        .output()
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn monitor_is_scraped_by_a_real_prometheus() {
+    require_root();
+    let dir = tempdir();
+    let port = free_port();
+    let monitor = Killed(
+        Command::new(forkprof())
+            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    wait_for("/metrics", Duration::from_secs(20), || {
+        http_get(&metrics_url)
+    });
+    let prom = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: forkprof\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (apt-get install prometheus)"),
+    );
+    wait_for(
+        "prometheus to scrape forkprof",
+        Duration::from_secs(30),
+        || {
+            query(prom, "up{job=\"forkprof\"}")
+                .filter(|&v| v == 1.0)
+                .map(|_| String::new())
+        },
+    );
+    let before = query(prom, "sum(forkprof_execs_total{result=\"ok\"})").unwrap_or(0.0);
+    let (_, script) = probe(&dir, "fp-mon-probe", 50);
+    assert!(
+        Command::new("sh")
+            .args(["-c", &script])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Finished processes reach the metrics after the grace period, then one scrape.
+    let spawns = wait_for("the probe's series", Duration::from_secs(30), || {
+        query(
+            prom,
+            "forkprof_binary_spawns_total{binary=~\".*fp-mon-probe\"}",
+        )
+        .filter(|&v| v >= 50.0)
+        .map(|v| v.to_string())
+    });
+    assert_eq!(spawns, "50", "exactly the 50 runs of the probe");
+    let after = query(prom, "sum(forkprof_execs_total{result=\"ok\"})").unwrap();
+    assert!(after - before >= 50.0, "execs {before} -> {after}");
+    let hist = query(
+        prom,
+        "sum(forkprof_phase_duration_seconds_count{phase=\"exec\"})",
+    )
+    .unwrap();
+    assert!(hist >= 50.0, "exec histogram count {hist}");
+    assert_eq!(
+        query(prom, "forkprof_build_info").map(|v| v as u64),
+        Some(1)
+    );
+    // SIGTERM stops the exporter cleanly.
+    let mut monitor = monitor;
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(monitor.0.id() as i32, libc::SIGTERM) };
+    let status = monitor.0.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn monitor_on_a_busy_or_bad_address_exits_1() {
+    require_root();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    for bad in [addr.as_str(), "256.1.1.1:80", "not-an-address"] {
+        let out = Command::new(forkprof())
+            .args(["monitor", "--listen", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cannot listen on") && err.contains(bad),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

@@ -32,8 +32,26 @@ pub enum Command {
     Top(TopArgs),
     /// Export live, system-wide spawn metrics for Prometheus (needs root).
     Monitor(MonitorArgs),
+    /// Run the classic fork/vfork/posix_spawn and static/dynamic experiments and explain them.
+    Bench(BenchArgs),
     /// Show which kernel hooks load here, and why any are missing.
     Doctor,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Fewer rows and iterations (under a minute).
+    #[arg(long)]
+    pub quick: bool,
+    /// Iterations per row (overrides the defaults).
+    #[arg(long, value_name = "N")]
+    pub iterations: Option<u64>,
+    /// Only rows whose name contains one of these (repeat the flag).
+    #[arg(long = "rows", value_name = "TEXT")]
+    pub rows: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

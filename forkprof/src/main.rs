@@ -11,6 +11,7 @@ fn main() {
         cli::Command::Report(args) => cmd::report::run(args),
         cli::Command::Top(args) => cmd::top::run(args),
         cli::Command::Monitor(args) => cmd::monitor::run(args),
+        cli::Command::Bench(args) => cmd::bench::run(args),
         cli::Command::Doctor => cmd::doctor::run(),
     };
     match result {

@@ -250,3 +250,60 @@ fn under_sudo_the_command_runs_as_the_invoking_user() {
     assert_eq!(meta.mode() & 0o777, 0o600, "report not world-readable");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
+    forkprof_tests::require_root();
+    let out = Command::new(forkprof())
+        .args([
+            "bench",
+            "--json",
+            "--iterations",
+            "60",
+            "--rows",
+            "_exit",
+            "--rows",
+            "fork rss 64",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "fork+_exit static parent",
+            "fork+_exit dynamic parent",
+            "vfork+_exit static parent",
+            "vfork+_exit dynamic parent",
+            "fork rss 64 MiB"
+        ]
+    );
+    for r in rows {
+        assert!(r["us_per_iter"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["phases_us"]["fork"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(
+            r["phases_us"]["exit_teardown"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+    }
+    let fork64 = &rows[4]["phases_us"];
+    assert!(
+        fork64["pagetable_copy"].as_f64().unwrap() > 0.5 * fork64["fork"].as_f64().unwrap(),
+        "64 MiB parent: page-table copy is most of fork: {fork64}"
+    );
+    let ratios: Vec<&str> = doc["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert!(ratios.contains(&"vfork/fork, static parent"), "{ratios:?}");
+    assert!(ratios.contains(&"vfork/fork, dynamic parent"), "{ratios:?}");
+}

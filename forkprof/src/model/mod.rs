@@ -1,5 +1,6 @@
 //! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
 //! unit-tested from synthetic records.
+pub mod bench;
 pub mod hints;
 pub mod live;
 pub mod method;

@@ -94,7 +94,7 @@ pub struct RecordingArgs {
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// The recording to write (SQLite, mode 0600).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = writable_path)]
     pub output: PathBuf,
     /// Stop after this long (e.g. 30s, 5m, 1h); otherwise at SIGINT or SIGTERM.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
@@ -104,6 +104,29 @@ pub struct RecordArgs {
     pub pid: Option<u32>,
     #[command(flatten)]
     pub recording: RecordingArgs,
+}
+
+/// An output path whose directory exists and can be written: checked when the command line
+/// is parsed, so that a typo fails at once (exit 2) rather than after a long trace.
+fn writable_path(s: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(s);
+    if path.is_dir() {
+        return Err("is a directory".into());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!("directory {} does not exist", dir.display()));
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!("directory {} is not writable", dir.display()));
+    }
+    Ok(path)
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -151,13 +174,13 @@ pub struct ReportCmdArgs {
     #[arg(long)]
     pub processes: bool,
     /// Write a flame graph (SVG) of spawn cost by process ancestry.
-    #[arg(long, value_name = "OUT.svg")]
+    #[arg(long, value_name = "OUT.svg", value_parser = writable_path)]
     pub flamegraph: Option<PathBuf>,
     /// Write the folded stacks behind the flame graph.
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, value_name = "OUT", value_parser = writable_path)]
     pub folded: Option<PathBuf>,
     /// Write a trace-event JSON timeline for ui.perfetto.dev or chrome://tracing.
-    #[arg(long, value_name = "OUT.json")]
+    #[arg(long, value_name = "OUT.json", value_parser = writable_path)]
     pub perfetto: Option<PathBuf>,
 }
 
@@ -167,7 +190,7 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Write the report to FILE (mode 0600) instead of stderr.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = writable_path)]
     pub report: Option<PathBuf>,
     /// Rows shown in each table.
     #[arg(long, default_value_t = 20, value_name = "N")]
@@ -179,16 +202,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub output_format: ReportArgs,
     /// Also record to this SQLite file (as `record -o`).
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = writable_path)]
     pub output: Option<PathBuf>,
     #[command(flatten)]
     pub recording: RecordingArgs,
     /// The command to trace, and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }

@@ -67,8 +67,25 @@ impl Collector {
     }
 }
 
+/// Test hook: `FORKPROF_TEST_PANIC_AFTER=N` makes the agent panic after N records, so that
+/// the tests can check what a bug in the agent leaves behind.
+fn panic_after() -> Option<u64> {
+    static AFTER: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AFTER.get_or_init(|| {
+        std::env::var("FORKPROF_TEST_PANIC_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+}
+
 fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
+    static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     while let Some(item) = ring.next() {
+        if let Some(n) = panic_after()
+            && SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= n
+        {
+            panic!("FORKPROF_TEST_PANIC_AFTER={n} reached");
+        }
         match decode(&item) {
             Ok(record) => {
                 if let Some(w) = sink.writer {

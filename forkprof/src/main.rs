@@ -2,7 +2,29 @@
 use clap::Parser as _;
 use forkprof::{cli, cmd};
 
+/// Exit code after an internal error (a bug): sysexits' EX_SOFTWARE.
+const EXIT_INTERNAL: i32 = 70;
+
 fn main() {
+    // A panic is a bug: say so in one line, then exit. The kernel unloads the programs when
+    // the process's file descriptors close; the traced command is left running.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
+        eprintln!("forkprof: internal error (a bug, please report it): {msg}{at}");
+        if std::env::var_os("RUST_BACKTRACE").is_some() {
+            eprintln!("{}", std::backtrace::Backtrace::force_capture());
+        }
+        std::process::exit(EXIT_INTERNAL);
+    }));
     let cli = cli::Cli::parse();
     let verbose = cli.verbose;
     let result = match cli.command {

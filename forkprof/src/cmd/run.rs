@@ -200,6 +200,8 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             ..Context::for_run(&is_static)
         },
     );
+    // The report first: a recording that failed (disk full) must not take it along.
+    write_report(&report, &args.output_format, user.as_ref())?;
     session.finish(
         &report,
         vec![
@@ -207,7 +209,6 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             ("exit".into(), serde_json::to_string(&status)?),
         ],
     )?;
-    write_report(&report, &args.output_format, user.as_ref())?;
     Ok(status.shell_code())
 }
 

@@ -250,9 +250,19 @@ impl Writer {
             }
         }
         let (tx, rx) = mpsc::channel();
+        let shown = path.display().to_string();
         let handle = std::thread::Builder::new()
             .name("forkprof-writer".into())
-            .spawn(move || run(conn, rx, keep_args))?;
+            .spawn(move || {
+                let result = run(conn, rx, keep_args);
+                if let Err(e) = &result {
+                    // Say so at once: the trace goes on, the file keeps what was committed.
+                    eprintln!(
+                        "forkprof: recording to {shown} stopped: {e:#}; it keeps everything committed before"
+                    );
+                }
+                result
+            })?;
         Ok(Self { tx, handle })
     }
 

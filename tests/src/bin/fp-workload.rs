@@ -9,6 +9,8 @@
 //!   kill SIGNAL                    kill itself with SIGNAL
 //!   cow PAGES                      fork a child that waits, write PAGES pages in the parent,
 //!                                  then let the child exit (copy-on-write ground truth)
+//!   storm SECONDS THREADS          THREADS threads each fork+_exit+wait as fast as they can
+//!                                  for SECONDS; prints how many processes they created
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -279,6 +281,34 @@ fn main() {
             let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
             println!("{{\"errno\":{errno}}}");
             std::process::exit(127);
+        }
+        "storm" => {
+            let secs: f64 = arg(1).parse().unwrap_or_else(|_| die("bad SECONDS"));
+            let threads: usize = arg(2).parse().unwrap_or_else(|_| die("bad THREADS"));
+            let deadline = Instant::now() + std::time::Duration::from_secs_f64(secs);
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    std::thread::spawn(move || {
+                        let mut n = 0u64;
+                        while Instant::now() < deadline {
+                            // SAFETY: the child exits at once.
+                            let pid = unsafe { libc::fork() };
+                            if pid == 0 {
+                                // SAFETY: in the child.
+                                unsafe { libc::_exit(0) };
+                            }
+                            if pid < 0 {
+                                continue;
+                            }
+                            wait_child(pid);
+                            n += 1;
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let total: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
+            println!("{{\"processes\":{total},\"threads\":{threads}}}");
         }
         "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),

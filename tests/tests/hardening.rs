@@ -1,0 +1,306 @@
+//! forkprof under stress, faults and hostile input: it fails safe, says why, and leaves the
+//! kernel clean.
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, require_root, run_traced, run_traced_with, tempdir, workload};
+
+fn programs_loaded() -> usize {
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("forkprof_"))
+        .count()
+}
+
+fn wait_unloaded() {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while programs_loaded() > 0 {
+        assert!(Instant::now() < deadline, "forkprof programs still loaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn bad_command_lines_exit_2_with_a_clap_message() {
+    for args in [
+        vec!["run", "--bogus", "--", "true"],
+        vec!["record", "--duration", "5x", "-o", "/tmp/fp-x.db"],
+        vec!["run", "--report", "/nonexistent/dir/r.json", "--", "true"],
+        vec!["record", "-o", "/nonexistent/dir/r.db"],
+        vec!["report"],
+        vec!["top", "--interval", "soon"],
+    ] {
+        let out = Command::new(forkprof()).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
+    require_root();
+    let w = workload();
+    let out = Command::new(forkprof())
+        .args(["run", "--"])
+        .arg(&w)
+        .args(["spawn", "fork", "200", "/bin/true"])
+        .env("FORKPROF_TEST_PANIC_AFTER", "5")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(70));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("internal error") && err.contains("FORKPROF_TEST_PANIC_AFTER"),
+        "{err}"
+    );
+    wait_unloaded();
+}
+
+#[test]
+fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
+    require_root();
+    let mut fp = Command::new(forkprof())
+        .args(["run", "--", "sleep", "4"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let sleeper = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", fp.id()))
+            .unwrap_or_default();
+        if let Some(pid) = kids.split_whitespace().next().map(str::to_string)
+            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "sleep")
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "sleep never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    fp.kill().unwrap();
+    fp.wait().unwrap();
+    wait_unloaded();
+    assert!(
+        std::path::Path::new(&format!("/proc/{sleeper}")).exists(),
+        "the traced command must survive forkprof"
+    );
+}
+
+#[test]
+fn two_instances_do_not_disturb_each_other() {
+    require_root();
+    let w = workload();
+    let w2 = w.clone();
+    let a = std::thread::spawn(move || {
+        run_traced(
+            &[w.to_str().unwrap(), "spawn", "fork", "30", "/bin/true"],
+            |_| {},
+        )
+    });
+    let b = std::thread::spawn(move || {
+        run_traced(
+            &[w2.to_str().unwrap(), "spawn", "vfork", "40", "/bin/true"],
+            |_| {},
+        )
+    });
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((a.code(), b.code()), (0, 0));
+    assert_eq!(
+        (a.method("fork"), a.method("vfork"), a.summary("processes")),
+        (30, 0, 31)
+    );
+    assert_eq!(
+        (b.method("fork"), b.method("vfork"), b.summary("processes")),
+        (0, 40, 41)
+    );
+}
+
+#[test]
+fn processes_in_another_pid_namespace_keep_their_lineage() {
+    require_root();
+    let w = workload();
+    let run = run_traced(
+        &["unshare", "-fp", w.to_str().unwrap(), "spawn", "fork", "10"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    // unshare, its child (pid 1 inside, the workload), the workload's 10 children.
+    assert_eq!(run.summary("processes"), 12, "{}", run.report["summary"]);
+    let procs = run.report["processes"].as_array().unwrap();
+    let workload_pid = procs
+        .iter()
+        .find(|p| p["binary"].as_str().unwrap().ends_with("fp-workload") && p["method"] == "fork")
+        .map(|p| p["pid"].as_u64().unwrap())
+        .expect("the workload");
+    assert_ne!(workload_pid, 1, "pids are the initial namespace's");
+    let children = procs
+        .iter()
+        .filter(|p| p["parent_pid"].as_u64() == Some(workload_pid))
+        .count();
+    assert_eq!(children, 10);
+}
+
+#[test]
+fn hostile_names_and_arguments_are_escaped_everywhere() {
+    require_root();
+    let dir = tempdir();
+    let name = std::ffi::OsStr::from_bytes(b"fp-odd\nname-\xff");
+    let odd = dir.join(name);
+    std::fs::copy("/bin/true", &odd).unwrap();
+    let doomed = dir.join("fp-doomed");
+    std::fs::copy("/bin/sleep", &doomed).unwrap();
+    let long = "x".repeat(4096);
+    let script = format!("\"$1\" 'line1\nline2' {long}; \"$2\" 0.3 & sleep 0.1; rm \"$2\"; wait");
+    let db = dir.join("odd.db");
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &["sh", "-c", &script, "sh"],
+        |c| {
+            c.arg(&odd).arg(&doomed);
+        },
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let odd_escaped = format!("{}/fp-odd\\nname-\\xff", dir.display());
+    let procs = run.report["processes"].as_array().unwrap();
+    let p = procs
+        .iter()
+        .find(|p| p["binary"] == odd_escaped.as_str())
+        .unwrap_or_else(|| panic!("no {odd_escaped} in {}", run.report["processes"]));
+    let exec = &p["execs"][0];
+    assert_eq!(exec["args"][1], "line1\\nline2");
+    assert_eq!(exec["argc"], 3);
+    assert_eq!(
+        exec["args"][2].as_str().unwrap().len(),
+        63,
+        "arguments are bounded"
+    );
+    assert!(
+        procs
+            .iter()
+            .any(|p| p["binary"].as_str().unwrap().ends_with("fp-doomed"))
+    );
+    // The same escaping in the table, in CSV and in a report from the recording.
+    for format in ["table", "csv", "json"] {
+        let out = Command::new(forkprof())
+            .arg("report")
+            .arg(&db)
+            .args(["--format", format, "--top", "100"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).expect("output is UTF-8");
+        let shown = if format == "json" {
+            // JSON escapes the backslashes once more.
+            "fp-odd\\\\nname-\\\\xff"
+        } else {
+            "fp-odd\\nname-\\xff"
+        };
+        assert!(text.contains(shown), "{format}:\n{text}");
+        assert!(
+            !text.contains("fp-odd\n"),
+            "{format}: a raw newline broke a line"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+use std::os::unix::ffi::OsStrExt as _;
+
+#[test]
+fn a_full_disk_stops_the_recording_not_the_report() {
+    require_root();
+    let dir = tempdir();
+    let mnt = dir.join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=160k", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let db = mnt.join("full.db");
+    let w = workload();
+    let out = Command::new(forkprof())
+        .args(["run", "--json", "-o"])
+        .arg(&db)
+        .arg("--")
+        .arg(&w)
+        .args(["spawn", "fork", "3000", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let _ = Command::new("umount").arg(&mnt).status();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("recording to") && err.contains("stopped"),
+        "{err}"
+    );
+    assert!(err.contains("full"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // The report still came out, complete.
+    let json_start = err.find('{').expect("the JSON report on stderr");
+    let report: serde_json::Value = serde_json::Deserializer::from_str(&err[json_start..])
+        .into_iter::<serde_json::Value>()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(report["methods"]["fork"], 3000);
+}
+
+#[test]
+fn the_kernel_programs_only_read() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../forkprof-ebpf/src");
+    let mut files = vec![src.join("main.rs"), src.join("maps.rs")];
+    for e in std::fs::read_dir(src.join("probes")).unwrap() {
+        files.push(e.unwrap().path());
+    }
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for forbidden in ["probe_write_user", "send_signal", "override_return"] {
+            assert!(
+                !text.contains(forbidden),
+                "{} uses {forbidden}",
+                f.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn spawn_storm_reconciles_with_the_workloads_own_count() {
+    require_root();
+    let w = workload();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
+    let run = run_traced(
+        &[w.to_str().unwrap(), "storm", "30", &threads.to_string()],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let own: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    let created = own["processes"].as_u64().unwrap();
+    let lost = run.summary("lost_events");
+    let seen = run.summary("processes") - 1; // the workload itself
+    eprintln!(
+        "storm: {created} processes in 30 s ({:.0}/s) with {threads} threads; forkprof saw {seen}, lost {lost}",
+        created as f64 / 30.0
+    );
+    assert_eq!(run.summary("threads"), threads as u64);
+    if lost == 0 {
+        assert_eq!(seen, created);
+        assert_eq!(run.method("fork"), created);
+    } else {
+        assert!(
+            seen <= created && seen + lost >= created,
+            "seen {seen} + lost {lost} vs {created}"
+        );
+    }
+}

@@ -51,6 +51,13 @@ fn main() -> anyhow::Result<()> {
     let manifest_dir = Path::new(&manifest_dir);
     let out_dir = std::env::var("OUT_DIR").context("OUT_DIR")?;
     build_workloads(manifest_dir, Path::new(&out_dir))?;
+    // AYA_BUILD_SKIP=1 (used by the fuzz targets, which never load programs): leave an empty
+    // object so that forkprof still compiles; loading then fails with a clear message.
+    println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
+    if std::env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        std::fs::write(Path::new(&out_dir).join("forkprof"), b"")?;
+        return Ok(());
+    }
     let root_dir = manifest_dir
         .parent()
         .context("workspace root")?

@@ -195,14 +195,15 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let offsets = btf::kernel_task_offsets()?;
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
+    let object: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/forkprof"));
+    if object.is_empty() {
+        bail!("this forkprof was built without its eBPF programs (AYA_BUILD_SKIP)");
+    }
     let mut ebpf = EbpfLoader::new()
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("TASK_OFFSETS", &offsets, true)
-        .load(aya::include_bytes_aligned!(concat!(
-            env!("OUT_DIR"),
-            "/forkprof"
-        )))
+        .load(object)
         .context("loading the eBPF object")?;
     let mut hooks = Vec::new();
     for hook in HOOKS {

@@ -33,6 +33,12 @@ enum Task {
     },
     /// Build and run forkprof on a built-in workload, showing its report.
     Demo,
+    /// Run the fuzz targets (fuzz/) for a while.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
     /// Write a synthetic recording of N processes (for benchmarking `forkprof report`).
     SynthRecording {
         #[command(flatten)]
@@ -140,6 +146,13 @@ pub fn setup() -> Result<()> {
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
+    let fuzz_ok = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !fuzz_ok {
+        run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
     let linker_ok = Command::new("bpf-linker")
         .arg("--version")
         .output()
@@ -205,6 +218,32 @@ fn test(filter: &[String]) -> Result<()> {
         .args(["test", "--workspace", "--exclude", "forkprof-ebpf", "--"])
         .args(["--test-threads", "1"])
         .args(filter))?;
+    if filter.is_empty() {
+        fuzz(FUZZ_SECONDS)?;
+    }
+    Ok(())
+}
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SECONDS: u32 = 20;
+const FUZZ_TARGETS: &[&str] = &["decode_record", "recording_reader"];
+
+/// Runs each fuzz target for a bounded time from the corpus kept in fuzz/corpus. New inputs
+/// go to a scratch directory; a crash fails the run and leaves its input in fuzz/artifacts.
+fn fuzz(seconds: u32) -> Result<()> {
+    for target in FUZZ_TARGETS {
+        let scratch = std::env::temp_dir().join(format!("forkprof-fuzz-{target}"));
+        std::fs::create_dir_all(&scratch)?;
+        run(Command::new("rustup")
+            .current_dir(root())
+            .args(["run", "nightly", "cargo", "fuzz", "run", target])
+            .arg(&scratch)
+            .arg(format!("fuzz/corpus/{target}"))
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .env("AYA_BUILD_SKIP", "1"))?;
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
     Ok(())
 }
 
@@ -234,6 +273,7 @@ fn main() -> Result<()> {
         Task::Setup => setup(),
         Task::Test { filter } => test(&filter),
         Task::Demo => demo(),
+        Task::Fuzz { seconds } => fuzz(seconds),
         Task::Bench { args } => bench::run(&args),
         Task::SynthRecording { args } => synth::run(&args),
     }

@@ -75,8 +75,7 @@ pub fn find(report: &Report) -> Vec<Hint> {
     for row in report.group(GroupBy::Binary) {
         let ld: u64 = ["ld_start", "ld_map", "ld_reloc_init"]
             .iter()
-            .map(|p| phase_total(row, p))
-            .sum();
+            .fold(0u64, |acc, p| acc.saturating_add(phase_total(row, p)));
         let cost = phase_total(row, "spawn_cost");
         if row.processes >= LD_MIN_PROCESSES && cost > 0 && ld as f64 >= LD_MIN_SHARE * cost as f64
         {

@@ -95,9 +95,10 @@ impl Live {
     /// Finishes every process that exited at least `GRACE_NS` before `now_ns`.
     /// `is_static` tells statically linked binaries (dynamic-linker phases 0).
     pub fn sweep(&mut self, now_ns: u64, is_static: &dyn Fn(&[u8]) -> bool) -> Vec<Finished> {
-        let gone = self
-            .trace
-            .take(|p| p.exit.is_some_and(|x| x.exit_ns + GRACE_NS <= now_ns));
+        let gone = self.trace.take(|p| {
+            p.exit
+                .is_some_and(|x| x.exit_ns.saturating_add(GRACE_NS) <= now_ns)
+        });
         gone.iter().map(|p| self.finish(p, is_static)).collect()
     }
 

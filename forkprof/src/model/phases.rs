@@ -93,7 +93,7 @@ impl Phases {
 
     fn add(&mut self, phase: Phase, value: u64) {
         let slot = &mut self.0[phase as usize];
-        *slot = Some(slot.unwrap_or(0) + value);
+        *slot = Some(slot.unwrap_or(0).saturating_add(value));
     }
 
     /// `static_binary`: the process's last binary is known to have no ELF interpreter, so
@@ -115,7 +115,7 @@ impl Phases {
                 ph.add(Phase::Exec, e.exec_ns);
                 ph.add(Phase::ExecPrepare, e.exec_prepare_ns);
                 ph.add(Phase::ExecLoad, e.exec_load_ns);
-                cow = Some(cow.unwrap_or(0) + e.cow_faults);
+                cow = Some(cow.unwrap_or(0).saturating_add(e.cow_faults));
             } else {
                 ph.add(Phase::ExecFailed, e.exec_ns);
             }
@@ -141,7 +141,7 @@ impl Phases {
             }
         }
         if let Some(x) = &p.exit {
-            cow = cow.map(|c| c + x.cow_faults);
+            cow = cow.map(|c| c.saturating_add(x.cow_faults));
             if x.notified {
                 ph.set(Phase::ExitTeardown, Some(x.exit_teardown_ns));
             }
@@ -154,7 +154,10 @@ impl Phases {
             .filter_map(|&phase| ph.get(phase))
             .collect();
         if !parts.is_empty() {
-            ph.set(Phase::SpawnCost, Some(parts.iter().sum()));
+            ph.set(
+                Phase::SpawnCost,
+                Some(parts.iter().fold(0u64, |a, &b| a.saturating_add(b))),
+            );
         }
         ph
     }
@@ -164,5 +167,5 @@ impl Phases {
 pub fn atime_updates(p: &Process) -> u64 {
     let execs: u64 = p.execs.iter().map(|e| u64::from(e.atime_count)).sum();
     let lds: u64 = p.lds.iter().map(|l| u64::from(l.atime_count)).sum();
-    execs + lds
+    execs.saturating_add(lds)
 }

@@ -265,7 +265,10 @@ impl Group {
         self.values.add(ph);
         for ld in &p.lds {
             if ld.outcome == forkprof_common::ld_outcome::COMPLETE {
-                self.ld_objects.0 += u64::from(ld.openat_count.saturating_sub(1));
+                self.ld_objects.0 = self
+                    .ld_objects
+                    .0
+                    .saturating_add(u64::from(ld.openat_count.saturating_sub(1)));
                 self.ld_objects.1 += 1;
             }
         }
@@ -411,18 +414,20 @@ impl Report {
                 summary.still_running += 1;
             }
             let atime = atime_updates(p);
-            summary.atime_updates += atime;
+            summary.atime_updates = summary.atime_updates.saturating_add(atime);
             if let Some(s) = &p.spawn {
                 spawn_times.push(s.start_ns);
                 *methods.entry(p.method.name()).or_default() += 1;
             }
             all.add(&ph);
-            spawn_cost_total += ph.get(Phase::SpawnCost).unwrap_or(0);
+            spawn_cost_total =
+                spawn_cost_total.saturating_add(ph.get(Phase::SpawnCost).unwrap_or(0));
             if ctx.folded
                 && let Some(cost) = ph.get(Phase::SpawnCost)
                 && cost > 0
             {
-                *folded.entry(ancestry[i].clone()).or_default() += cost;
+                let f = folded.entry(ancestry[i].clone()).or_default();
+                *f = f.saturating_add(cost);
             }
             for e in &p.execs {
                 if e.errno == 0 {
@@ -534,7 +539,7 @@ pub fn peak_per_second(t: &mut [u64]) -> u64 {
     let mut best = 0;
     let mut lo = 0;
     for hi in 0..t.len() {
-        while t[hi] - t[lo] >= 1_000_000_000 {
+        while t[hi].saturating_sub(t[lo]) >= 1_000_000_000 {
             lo += 1;
         }
         best = best.max(hi - lo + 1);

@@ -50,7 +50,7 @@ impl Default for Accumulator {
 impl Accumulator {
     pub fn add(&mut self, v: u64) {
         self.count += 1;
-        self.total += v;
+        self.total = self.total.saturating_add(v);
         self.max = self.max.max(v);
         match &mut self.values {
             Values::Exact(vals) if vals.len() < EXACT_MAX => vals.push(v),

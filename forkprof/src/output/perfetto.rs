@@ -85,7 +85,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
         let created = if created == 0 { t.origin } else { created };
         let end = p
             .exit
-            .map(|x| x.exit_ns + x.exit_teardown_ns)
+            .map(|x| x.exit_ns.saturating_add(x.exit_teardown_ns))
             .unwrap_or(trace.last_ns)
             .max(created);
         t.slice(
@@ -109,7 +109,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
                 t.slice(
                     *parent,
                     "vfork_wait",
-                    s.start_ns + s.fork_ns,
+                    s.start_ns.saturating_add(s.fork_ns),
                     s.vfork_wait_ns,
                     json!({}),
                 )?;
@@ -141,7 +141,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             t.slice(
                 id,
                 "exec_load",
-                start + e.exec_prepare_ns,
+                start.saturating_add(e.exec_prepare_ns),
                 e.exec_load_ns,
                 json!({}),
             )?;

@@ -82,7 +82,7 @@ pub struct ViewState {
 
 /// The bar splitting a spawn cost by phase, one letter per phase share.
 pub fn phase_bar(parts: &[u64; 7]) -> Vec<Span<'static>> {
-    let total: u64 = parts.iter().sum();
+    let total = parts.iter().fold(0u64, |a, &b| a.saturating_add(b));
     if total == 0 {
         return vec![Span::raw("")];
     }

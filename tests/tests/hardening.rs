@@ -304,3 +304,57 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
         );
     }
 }
+
+#[test]
+fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
+    require_root();
+    let dir = tempdir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let db = dir.join("k.db");
+    for args in [
+        vec![
+            "monitor".to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+        ],
+        vec!["record".to_string(), "-o".into(), db.display().to_string()],
+    ] {
+        let mut fp = Command::new(forkprof())
+            .args(&args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while programs_loaded() == 0 {
+            assert!(Instant::now() < deadline, "{args:?} never loaded");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        fp.kill().unwrap();
+        fp.wait().unwrap();
+        wait_unloaded();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn record_p_of_a_process_that_is_gone_says_so() {
+    require_root();
+    let dir = tempdir();
+    let mut gone = Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let out = Command::new(forkprof())
+        .args(["record", "-p", &pid.to_string(), "-o"])
+        .arg(dir.join("gone.db"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("-p {pid}")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -234,3 +234,22 @@ fn hint_atime_when_exec_dirtied_inodes() {
     let t = sample();
     assert!(hints_of(&t).contains(&"atime"));
 }
+
+#[test]
+fn a_reused_pid_is_another_process() {
+    let mut t = Trace::default();
+    let first = key(500, 1_000_000);
+    let second = key(500, 9_000_000);
+    t.ingest(spawn(key(1, 0), first, 57, SIGCHLD));
+    t.ingest(exec(first, 1_500_000, b"/bin/a", 0, 0));
+    t.ingest(exit(first, 0));
+    t.ingest(spawn(key(1, 0), second, 58, SIGCHLD | 0x4100));
+    t.ingest(exec(second, 9_500_000, b"/bin/b", 0, 0));
+    assert_eq!(t.processes.len(), 2);
+    assert_eq!(t.get(&first).unwrap().method, Method::Fork);
+    assert_eq!(t.get(&second).unwrap().method, Method::Vfork);
+    assert!(t.get(&second).unwrap().exit.is_none());
+    let b = t.binaries(&t.by_start());
+    let names: Vec<&[u8]> = b.iter().map(|x| &*x.last).collect();
+    assert!(names.contains(&&b"/bin/a"[..]) && names.contains(&&b"/bin/b"[..]));
+}

@@ -280,7 +280,11 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
     require_root();
     let w = workload();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
-    let run = run_traced(
+    // Recorded too: the writer thread must keep up as well.
+    let dir = tempdir();
+    let db = dir.join("storm.db");
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
         &[w.to_str().unwrap(), "storm", "30", &threads.to_string()],
         |_| {},
     );
@@ -303,6 +307,18 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
             "seen {seen} + lost {lost} vs {created}"
         );
     }
+    let out = Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT count(*) FROM spawns WHERE method = 'fork'")
+        .output()
+        .unwrap();
+    let recorded: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert_eq!(
+        recorded,
+        run.method("fork"),
+        "the recording holds every spawn reported"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -83,10 +83,11 @@ pub const COMM_LEN: usize = 16;
 pub const PATH_LEN: usize = 256;
 pub const ARG_SLOTS: usize = 8;
 pub const ARG_LEN: usize = 64;
-/// Syscalls after exec that may pass before ld.so's `access` before the window is given up.
-pub const LD_START_MAX_SYSCALLS: u32 = 32;
-/// Syscalls in the dynamic-linker window before it is given up.
-pub const LD_MAX_SYSCALLS: u32 = 4096;
+/// Watched syscalls (access, openat, arch_prctl, munmap) after exec that may pass before
+/// ld.so's `access` before the window is given up.
+pub const LD_START_MAX_SYSCALLS: u32 = 16;
+/// Watched syscalls in the dynamic-linker window before it is given up.
+pub const LD_MAX_SYSCALLS: u32 = 1024;
 
 /// Identifies one process for the lifetime of a trace, even across pid reuse: its tgid in the
 /// initial pid namespace plus the time it was created (0 = it existed before tracing began).

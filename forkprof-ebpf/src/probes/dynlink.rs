@@ -18,6 +18,8 @@ use crate::maps::{self, EVENTS, PROCS, regs};
 
 const ARCH_SET_FS: u64 = 0x1002;
 
+/// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap);
+/// `ld_syscalls` counts those.
 pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = PROCS.get_ptr_mut(tgid) else {

@@ -12,10 +12,14 @@ pub fn on_enter(ctx: &RawTracePointContext) {
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(ctx, id),
+        // Only the syscalls that move the dynamic-linker state machine look anything up:
+        // a spawn makes ~33 syscalls, and most of them pass here with a compare.
+        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP => {
+            if maps::active(active::LD) != 0 {
+                dynlink::on_syscall(ctx, id);
+            }
+        }
         _ => {}
-    }
-    if maps::active(active::LD) != 0 {
-        dynlink::on_syscall(ctx, id);
     }
 }
 

@@ -228,25 +228,31 @@ fn run_row(
     let Some(argv) = argv(work, s, iterations) else {
         return Ok(None);
     };
-    // Bare: the driver alone, as the invoking user.
-    let mut bare = Command::new(&argv[0]);
-    bare.args(&argv[1..])
-        .env("FP_RSS_MIB", s.rss_mib.to_string());
-    if let Some(u) = user.cloned() {
-        // SAFETY: the closure only makes raw syscalls between fork and exec.
-        unsafe { bare.pre_exec(move || u.become_user()) };
+    // Bare: the driver alone, as the invoking user; the median of BARE_RUNS runs, because
+    // single runs vary by 10-15% on a noisy machine.
+    let mut runs = Vec::with_capacity(BARE_RUNS);
+    for _ in 0..BARE_RUNS {
+        let mut bare = Command::new(&argv[0]);
+        bare.args(&argv[1..])
+            .env("FP_RSS_MIB", s.rss_mib.to_string());
+        if let Some(u) = user.cloned() {
+            // SAFETY: the closure only makes raw syscalls between fork and exec.
+            unsafe { bare.pre_exec(move || u.become_user()) };
+        }
+        let out = bare
+            .output()
+            .with_context(|| format!("running {}", argv[0]))?;
+        if !out.status.success() {
+            bail!(
+                "{}: {}",
+                s.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        runs.push(us_per_iter(&out.stdout)?);
     }
-    let out = bare
-        .output()
-        .with_context(|| format!("running {}", argv[0]))?;
-    if !out.status.success() {
-        bail!(
-            "{}: {}",
-            s.name,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let bare_us = us_per_iter(&out.stdout)?;
+    runs.sort_by(f64::total_cmp);
+    let bare_us = runs[runs.len() / 2];
     // Traced: the same through `forkprof run`.
     let report = work.dir.join("report.json");
     let out = Command::new(std::env::current_exe()?)
@@ -292,6 +298,9 @@ fn run_row(
         rss_mib: s.rss_mib,
     }))
 }
+
+/// Bare runs per row; the median is reported.
+const BARE_RUNS: usize = 3;
 
 const COLUMNS: [&str; 10] = [
     "fork",

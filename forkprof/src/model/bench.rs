@@ -4,11 +4,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// Phases that can explain a difference between two rows (they do not overlap in time,
-/// except `pagetable_copy`, which is reported as a part of `fork`).
-pub const EXPLAINING: [&str; 8] = [
+/// Phases that can explain a difference between two rows: they do not overlap in time.
+/// (`vfork_wait` spans the child's exec or exit, and `pagetable_copy` is part of `fork`.)
+pub const EXPLAINING: [&str; 7] = [
     "fork",
-    "vfork_wait",
     "exec",
     "exec_failed",
     "ld_start",
@@ -70,15 +69,26 @@ pub fn explain(a: &RowResult, b: &RowResult) -> Option<(&'static str, f64)> {
 fn ratio(name: &str, a: &RowResult, b: &RowResult) -> Ratio {
     let value = a.us_per_iter / b.us_per_iter;
     let explained = explain(a, b);
-    let text = match explained {
+    let mut text = match explained {
         Some((phase, share)) => format!(
             "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); {phase} explains {:.0}% of the difference",
             a.us_per_iter,
             b.us_per_iter,
             100.0 * share
         ),
-        None => format!("{name}: {value:.2}×"),
+        None => format!(
+            "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration)",
+            a.us_per_iter, b.us_per_iter
+        ),
     };
+    let measured: f64 = EXPLAINING.iter().map(|p| a.phase(p) - b.phase(p)).sum();
+    let total = a.us_per_iter_traced - b.us_per_iter_traced;
+    if total.abs() > f64::EPSILON && measured / total < 0.5 {
+        text.push_str(&format!(
+            "; {:.0}% of it is outside the measured phases (user-space start-up before main, the child's own work)",
+            100.0 * (1.0 - measured / total)
+        ));
+    }
     Ratio {
         name: name.into(),
         value,

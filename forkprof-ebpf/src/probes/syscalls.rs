@@ -14,10 +14,8 @@ pub fn on_enter(ctx: &RawTracePointContext) {
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(ctx, id),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
-        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP => {
-            if maps::active(active::LD) != 0 {
-                dynlink::on_syscall(ctx, id);
-            }
+        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP if maps::active(active::LD) != 0 => {
+            dynlink::on_syscall(ctx, id)
         }
         _ => {}
     }

@@ -214,6 +214,14 @@ fn test(filter: &[String]) -> Result<()> {
              (sudo -E cargo xtask test)"
         );
     }
+    // The end-to-end tests drive the forkprof binary, which `cargo test` alone does not build.
+    run(cargo().args([
+        "build",
+        "--workspace",
+        "--exclude",
+        "forkprof-ebpf",
+        "--bins",
+    ]))?;
     run(cargo()
         .args(["test", "--workspace", "--exclude", "forkprof-ebpf", "--"])
         .args(["--test-threads", "1"])

@@ -222,14 +222,51 @@ fn test(filter: &[String]) -> Result<()> {
         "forkprof-ebpf",
         "--bins",
     ]))?;
-    run(cargo()
-        .args(["test", "--workspace", "--exclude", "forkprof-ebpf", "--"])
-        .args(["--test-threads", "1"])
-        .args(filter))?;
+    let (passed, failed) = run_tests(
+        cargo()
+            .args(["test", "--workspace", "--exclude", "forkprof-ebpf"])
+            .args(["--lib", "--bins", "--tests", "--"])
+            .args(["--test-threads", "1"])
+            .args(filter),
+    )?;
     if filter.is_empty() {
         fuzz(FUZZ_SECONDS)?;
     }
+    // One closing line for the whole run (cargo prints one per test binary).
+    println!("tests: {passed} passed, {failed} failed");
     Ok(())
+}
+
+/// Runs `cargo test`, passing its output through, and adds up its "test result" lines.
+fn run_tests(cmd: &mut Command) -> Result<(u64, u64)> {
+    use std::io::BufRead as _;
+    eprintln!("xtask: $ {cmd:?}");
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {cmd:?}"))?;
+    let (mut passed, mut failed) = (0, 0);
+    let stdout = child.stdout.take().context("cargo test's stdout")?;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(rest) = line.strip_prefix("test result: ") {
+            let count = |word: &str| -> u64 {
+                rest.split(';')
+                    .find_map(|part| part.trim().strip_suffix(word))
+                    .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0)
+            };
+            passed += count(" passed");
+            failed += count(" failed");
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        println!("tests: {passed} passed, {failed} failed");
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok((passed, failed))
 }
 
 /// Seconds each fuzz target runs in `cargo xtask test`.

@@ -50,6 +50,10 @@ pub struct Ratio {
     pub text: String,
 }
 
+/// Rows whose traced runs differ by less than this are not explained: single runs vary by
+/// about that much on a noisy machine.
+pub const NOISE: f64 = 0.08;
+
 /// The phase whose change between `a` and `b` goes most in the direction of the wall-time
 /// difference, with its share of that difference. Phases come from the traced runs, so the
 /// difference they are compared with is that of the traced runs too.
@@ -69,7 +73,29 @@ pub fn explain(a: &RowResult, b: &RowResult) -> Option<(&'static str, f64)> {
 fn ratio(name: &str, a: &RowResult, b: &RowResult) -> Ratio {
     let value = a.us_per_iter / b.us_per_iter;
     let explained = explain(a, b);
+    let total = a.us_per_iter_traced - b.us_per_iter_traced;
+    let relative = total.abs() / b.us_per_iter_traced.max(f64::EPSILON);
     let mut text = match explained {
+        _ if relative < NOISE => {
+            return Ratio {
+                name: name.into(),
+                value,
+                phase: None,
+                share: 0.0,
+                text: format!(
+                    "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); the traced runs differ by {:.0}%, within this machine's run-to-run noise",
+                    a.us_per_iter,
+                    b.us_per_iter,
+                    100.0 * relative
+                ),
+            };
+        }
+        Some((phase, share)) if share > 1.2 => format!(
+            "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); {phase} changed by {:.0} µs, more than the whole difference (other parts moved the other way)",
+            a.us_per_iter,
+            b.us_per_iter,
+            a.phase(phase) - b.phase(phase)
+        ),
         Some((phase, share)) => format!(
             "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); {phase} explains {:.0}% of the difference",
             a.us_per_iter,
@@ -251,6 +277,19 @@ mod tests {
             r[0].text
         );
         assert!(r[1].text.contains("ld_start explains 86%"), "{}", r[1].text);
+    }
+
+    #[test]
+    fn small_differences_are_called_noise() {
+        let a = row("fork+exec dynamic", 1040.0, &[("ld_start", 700.0)]);
+        let b = row("fork+exec static", 1000.0, &[]);
+        let r = ratios(&[a, b]);
+        assert!(
+            r[0].text.contains("within this machine's run-to-run noise"),
+            "{}",
+            r[0].text
+        );
+        assert_eq!(r[0].phase, None);
     }
 
     #[test]

@@ -119,6 +119,20 @@ impl Session {
         })
     }
 
+    /// A system-wide session whose records feed a live aggregator (top, monitor).
+    pub fn start_live() -> Result<Self> {
+        let mut session = Self::start(Options {
+            trace_all: true,
+            precise_ld: false,
+            output: None,
+            keep_args: false,
+            owner: None,
+            meta: Vec::new(),
+        })?;
+        session.live = Some(Live::default());
+        Ok(session)
+    }
+
     /// The raw fd of the traced-process map, for a child to add itself before exec.
     pub fn procs_fd(&self) -> Result<i32> {
         use std::os::fd::{AsFd as _, AsRawFd as _};

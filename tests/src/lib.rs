@@ -119,3 +119,27 @@ pub fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create temp dir");
     dir
 }
+
+/// How many of forkprof's programs are loaded in the kernel now (bpftool).
+pub fn programs_loaded() -> usize {
+    let out = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .expect("bpftool");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("forkprof_"))
+        .count()
+}
+
+/// Waits (up to 10 s) until no forkprof program is loaded, and fails the test otherwise.
+pub fn wait_unloaded() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while programs_loaded() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "forkprof programs still loaded"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

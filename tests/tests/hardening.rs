@@ -3,26 +3,10 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, require_root, run_traced, run_traced_with, tempdir, workload};
-
-fn programs_loaded() -> usize {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("forkprof_"))
-        .count()
-}
-
-fn wait_unloaded() {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while programs_loaded() > 0 {
-        assert!(Instant::now() < deadline, "forkprof programs still loaded");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+use forkprof_tests::{
+    forkprof, programs_loaded, require_root, run_traced, run_traced_with, tempdir, wait_unloaded,
+    workload,
+};
 
 #[test]
 fn bad_command_lines_exit_2_with_a_clap_message() {

@@ -3,7 +3,7 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use forkprof_tests::{forkprof, require_root, run_traced_with, tempdir, workload};
 use serde_json::Value;
@@ -205,17 +205,6 @@ fn record_p_follows_one_tree_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn forkprof_programs_loaded() -> usize {
-    let out = Command::new("bpftool")
-        .args(["prog", "show"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("forkprof_"))
-        .count()
-}
-
 #[test]
 fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     require_root();
@@ -235,14 +224,7 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     rec.wait().unwrap();
     noise.kill().unwrap();
     noise.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while forkprof_programs_loaded() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "forkprof programs still loaded after SIGKILL"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    forkprof_tests::wait_unloaded();
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
     let row = binary_row(&rep, "fp-record-probe").expect("committed batches readable");

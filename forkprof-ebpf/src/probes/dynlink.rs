@@ -66,17 +66,23 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     }
 }
 
-/// uprobe on ld.so's `_dl_debug_state`: its first call ends `ld_start`; later ones are ignored.
-pub fn on_debug_state() {
+/// The current process's state when a dynamic-linker window is open anywhere.
+#[inline(always)]
+fn in_window() -> Option<&'static mut ProcState> {
     if maps::active(active::LD) == 0 {
-        return;
+        return None;
     }
     let (tgid, _) = maps::current_ids();
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let ps = PROCS.get_ptr_mut(tgid)?;
+    // SAFETY: map value of a traced process.
+    Some(unsafe { &mut *ps })
+}
+
+/// uprobe on ld.so's `_dl_debug_state`: its first call ends `ld_start`; later ones are ignored.
+pub fn on_debug_state() {
+    let Some(ps) = in_window() else {
         return;
     };
-    // SAFETY: map value of a traced process.
-    let ps = unsafe { &mut *ps };
     if ps.ld_state == ld_state::START {
         ps.ld_t1 = maps::now();
         ps.ld_state = ld_state::MAP;
@@ -85,15 +91,9 @@ pub fn on_debug_state() {
 
 /// uprobe on libc's `__libc_start_main`: relocation and constructors are done.
 pub fn on_libc_start_main() {
-    if maps::active(active::LD) == 0 {
-        return;
-    }
-    let (tgid, _) = maps::current_ids();
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let Some(ps) = in_window() else {
         return;
     };
-    // SAFETY: map value of a traced process.
-    let ps = unsafe { &mut *ps };
     if ps.ld_state == ld_state::RELOC {
         close(ps, ld_outcome::COMPLETE);
     }

@@ -10,8 +10,7 @@ use crate::cli::MonitorArgs;
 use crate::elf::LoaderCache;
 use crate::loader;
 use crate::metrics::Metrics;
-use crate::model::live::Live;
-use crate::session::{Options, Session, monotonic_ns};
+use crate::session::{Session, monotonic_ns};
 
 /// How often finished processes are folded into the metrics.
 const UPDATE_EVERY: Duration = Duration::from_millis(500);
@@ -32,15 +31,7 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             return Ok(1);
         }
     };
-    let mut session = Session::start(Options {
-        trace_all: true,
-        precise_ld: false,
-        output: None,
-        keep_args: false,
-        owner: None,
-        meta: Vec::new(),
-    })?;
-    session.live = Some(Live::default());
+    let mut session = Session::start_live()?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.top_binaries)));
     let served = metrics.clone();
     let app = Router::new().route(

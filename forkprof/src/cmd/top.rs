@@ -9,12 +9,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cli::TopArgs;
 use crate::elf::LoaderCache;
 use crate::loader;
-use crate::model::{
-    live::Live,
-    top::{Top, TopView},
-};
+use crate::model::top::{Top, TopView};
 use crate::output::tui::{self, TerminalGuard, ViewState};
-use crate::session::{Options, Session, monotonic_ns};
+use crate::session::{Session, monotonic_ns};
 
 /// How often keys are read in the full-screen view.
 const KEY_POLL: Duration = Duration::from_millis(50);
@@ -41,15 +38,7 @@ pub fn run(args: TopArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     let _in_runtime = runtime.enter();
-    let mut session = Session::start(Options {
-        trace_all: true,
-        precise_ld: false,
-        output: None,
-        keep_args: false,
-        owner: None,
-        meta: Vec::new(),
-    })?;
-    session.live = Some(Live::default());
+    let mut session = Session::start_live()?;
     let loaders = LoaderCache::default();
     let mut top = Top::default();
     let plain = args.once || args.plain || !std::io::stdout().is_terminal();

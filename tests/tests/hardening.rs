@@ -358,3 +358,27 @@ fn record_p_of_a_process_that_is_gone_says_so() {
     assert!(err.contains(&format!("-p {pid}")), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_reused_pid_is_two_processes_with_their_own_execs() {
+    require_root();
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "reuse"], |_| {});
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let own: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    let pid = own["pid"].as_u64().unwrap();
+    let procs = run.report["processes"].as_array().unwrap();
+    let same: Vec<&serde_json::Value> = procs
+        .iter()
+        .filter(|p| p["pid"].as_u64() == Some(pid))
+        .collect();
+    assert_eq!(same.len(), 2, "two processes had pid {pid}: {same:?}");
+    assert_ne!(same[0]["start_ns"], same[1]["start_ns"]);
+    let mut binaries: Vec<&str> = same.iter().map(|p| p["binary"].as_str().unwrap()).collect();
+    binaries.sort();
+    assert_eq!(binaries, ["/bin/false", "/bin/true"]);
+    for p in same {
+        assert_eq!(p["execs"].as_array().unwrap().len(), 1, "{p}");
+        assert!(p["exit"].is_object(), "{p}");
+    }
+}

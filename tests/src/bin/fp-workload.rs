@@ -11,6 +11,9 @@
 //!                                  then let the child exit (copy-on-write ground truth)
 //!   storm SECONDS THREADS          THREADS threads each fork+_exit+wait as fast as they can
 //!                                  for SECONDS; prints how many processes they created
+//!   reuse                          fork a child that execs /bin/true, then (setting
+//!                                  kernel.ns_last_pid) one that gets the same pid and execs
+//!                                  /bin/false; prints the pid (needs root)
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -309,6 +312,37 @@ fn main() {
                 .collect();
             let total: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
             println!("{{\"processes\":{total},\"threads\":{threads}}}");
+        }
+        "reuse" => {
+            let exec_child = |path: &str| -> libc::pid_t {
+                let p = cstring(path);
+                let argv = [p.as_ptr(), std::ptr::null()];
+                let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+                // SAFETY: the child only execs or exits.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    // SAFETY: in the child.
+                    unsafe {
+                        libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                        libc::_exit(127);
+                    }
+                }
+                wait_child(pid);
+                pid
+            };
+            for _ in 0..500 {
+                let first = exec_child("/bin/true");
+                if std::fs::write("/proc/sys/kernel/ns_last_pid", (first - 1).to_string()).is_err()
+                {
+                    die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
+                }
+                let second = exec_child("/bin/false");
+                if second == first {
+                    println!("{{\"pid\":{first}}}");
+                    return;
+                }
+            }
+            die("no pid was reused in 500 tries");
         }
         "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),

@@ -382,3 +382,52 @@ fn a_reused_pid_is_two_processes_with_their_own_execs() {
         assert!(p["exit"].is_object(), "{p}");
     }
 }
+
+#[test]
+fn nothing_world_writable_is_left_behind() {
+    require_root();
+    use std::os::unix::fs::PermissionsExt as _;
+    let tmp = std::env::temp_dir();
+    let listing = || -> std::collections::BTreeSet<std::path::PathBuf> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect()
+    };
+    let before = listing();
+    let dir = tempdir();
+    let db = dir.join("w.db");
+    let out = Command::new(forkprof())
+        .args(["bench", "--iterations", "20", "--rows", "fork+_exit static"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = run_traced_with(&["-o", db.to_str().unwrap()], &["true"], |_| {});
+    assert_eq!(run.code(), 0);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let meta = entry.unwrap().metadata().unwrap();
+        assert_eq!(
+            meta.permissions().mode() & 0o022,
+            0,
+            "group/world-writable output"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let left: Vec<_> = listing()
+        .difference(&before)
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("forkprof"))
+        })
+        .cloned()
+        .collect();
+    assert!(
+        left.is_empty(),
+        "forkprof left {left:?} in {}",
+        tmp.display()
+    );
+}

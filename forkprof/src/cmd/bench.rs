@@ -12,7 +12,7 @@ use comfy_table::{Cell, Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::cli::BenchArgs;
 use crate::loader;
-use crate::model::bench::{RowResult, ratios};
+use crate::model::bench::{RATIOS, RowResult, ratios};
 use crate::privilege::InvokingUser;
 
 /// The workloads built into forkprof (forkprof/workloads, built by build.rs).
@@ -244,6 +244,49 @@ fn argv(work: &Workdir, s: &Spec, iterations: u64) -> Option<Vec<String>> {
     Some(v)
 }
 
+/// One run of the driver alone, as the invoking user: µs per iteration.
+fn bare_run(s: &Spec, argv: &[String], user: Option<&InvokingUser>) -> Result<f64> {
+    let mut bare = Command::new(&argv[0]);
+    bare.args(&argv[1..])
+        .env("FP_RSS_MIB", s.rss_mib.to_string());
+    if let Some(u) = user.cloned() {
+        // SAFETY: the closure only makes raw syscalls between fork and exec.
+        unsafe { bare.pre_exec(move || u.become_user()) };
+    }
+    let out = bare
+        .output()
+        .with_context(|| format!("running {}", argv[0]))?;
+    if !out.status.success() {
+        bail!(
+            "{}: {}",
+            s.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    us_per_iter(&out.stdout)
+}
+
+/// The median of a/b over PAIRED_RUNS runs of rows `a` and `b` in turn.
+fn paired_ratio(
+    work: &Workdir,
+    (a, b): (&Spec, &Spec),
+    iterations: (u64, u64),
+    user: Option<&InvokingUser>,
+) -> Result<Option<f64>> {
+    let (Some(argv_a), Some(argv_b)) = (argv(work, a, iterations.0), argv(work, b, iterations.1))
+    else {
+        return Ok(None);
+    };
+    let mut ratios = Vec::with_capacity(PAIRED_RUNS);
+    for _ in 0..PAIRED_RUNS {
+        let ta = bare_run(a, &argv_a, user)?;
+        let tb = bare_run(b, &argv_b, user)?;
+        ratios.push(ta / tb);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Ok(Some(ratios[ratios.len() / 2]))
+}
+
 fn run_row(
     work: &Workdir,
     s: &Spec,
@@ -257,24 +300,7 @@ fn run_row(
     // single runs vary by 10-15% on a noisy machine.
     let mut runs = Vec::with_capacity(BARE_RUNS);
     for _ in 0..BARE_RUNS {
-        let mut bare = Command::new(&argv[0]);
-        bare.args(&argv[1..])
-            .env("FP_RSS_MIB", s.rss_mib.to_string());
-        if let Some(u) = user.cloned() {
-            // SAFETY: the closure only makes raw syscalls between fork and exec.
-            unsafe { bare.pre_exec(move || u.become_user()) };
-        }
-        let out = bare
-            .output()
-            .with_context(|| format!("running {}", argv[0]))?;
-        if !out.status.success() {
-            bail!(
-                "{}: {}",
-                s.name,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        runs.push(us_per_iter(&out.stdout)?);
+        runs.push(bare_run(s, &argv, user)?);
     }
     runs.sort_by(f64::total_cmp);
     let bare_us = runs[runs.len() / 2];
@@ -325,7 +351,9 @@ fn run_row(
 }
 
 /// Bare runs per row; the median is reported.
-const BARE_RUNS: usize = 5;
+const BARE_RUNS: usize = 3;
+/// Runs of each row in the paired measurement of a ratio.
+const PAIRED_RUNS: usize = 5;
 
 const COLUMNS: [&str; 10] = [
     "fork",
@@ -371,7 +399,21 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             }
         }
     }
-    let ratios = ratios(&results);
+    let mut paired = std::collections::BTreeMap::new();
+    for (name, a, b) in RATIOS {
+        let spec = |n: &str| SPECS.iter().find(|s| s.name == n);
+        let ran = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.iterations);
+        if let (Some(sa), Some(sb), Some(ia), Some(ib)) = (spec(a), spec(b), ran(a), ran(b)) {
+            eprint!("forkprof bench: {name:<34} ");
+            let _ = std::io::stderr().flush();
+            let iterations = (ia.div_ceil(2), ib.div_ceil(2));
+            if let Some(v) = paired_ratio(&work, (sa, sb), iterations, user.as_ref())? {
+                eprintln!("{v:.2}× over {PAIRED_RUNS} paired runs");
+                paired.insert(name.to_string(), v);
+            }
+        }
+    }
+    let ratios = ratios(&results, &paired);
     if args.json {
         let doc = serde_json::json!({"rows": results, "ratios": ratios, "skipped": skipped});
         println!("{}", serde_json::to_string_pretty(&doc)?);

@@ -137,49 +137,64 @@ pub fn slope_per_gib(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
-/// The classic ratios over whichever rows ran (by name).
-pub fn ratios(rows: &[RowResult]) -> Vec<Ratio> {
+/// The classic ratios: (name, row a, row b), the ratio being a / b.
+pub const RATIOS: [(&str, &str, &str); 7] = [
+    (
+        "vfork/fork, static parent",
+        "vfork+_exit static parent",
+        "fork+_exit static parent",
+    ),
+    (
+        "vfork/fork, dynamic parent",
+        "vfork+_exit dynamic parent",
+        "fork+_exit dynamic parent",
+    ),
+    (
+        "dynamic/static parent, fork+_exit",
+        "fork+_exit dynamic parent",
+        "fork+_exit static parent",
+    ),
+    (
+        "dynamic/static, fork+exec",
+        "fork+exec dynamic",
+        "fork+exec static",
+    ),
+    (
+        "many-libs/static, fork+exec",
+        "fork+exec many-libs",
+        "fork+exec static",
+    ),
+    (
+        "posix_spawn/fork, exec dynamic",
+        "posix_spawn dynamic",
+        "fork+exec dynamic",
+    ),
+    (
+        "vfork/fork, exec dynamic",
+        "vfork+exec dynamic",
+        "fork+exec dynamic",
+    ),
+];
+
+/// The classic ratios over whichever rows ran (by name). `paired` holds, by ratio name, the
+/// median of a/b over runs of the two rows taken in turn (a b a b ...): on a machine whose
+/// speed drifts, that is far steadier than the ratio of two rows measured minutes apart.
+pub fn ratios(rows: &[RowResult], paired: &BTreeMap<String, f64>) -> Vec<Ratio> {
     let get = |n: &str| rows.iter().find(|r| r.name == n);
     let mut out = Vec::new();
-    for (name, a, b) in [
-        (
-            "vfork/fork, static parent",
-            "vfork+_exit static parent",
-            "fork+_exit static parent",
-        ),
-        (
-            "vfork/fork, dynamic parent",
-            "vfork+_exit dynamic parent",
-            "fork+_exit dynamic parent",
-        ),
-        (
-            "dynamic/static parent, fork+_exit",
-            "fork+_exit dynamic parent",
-            "fork+_exit static parent",
-        ),
-        (
-            "dynamic/static, fork+exec",
-            "fork+exec dynamic",
-            "fork+exec static",
-        ),
-        (
-            "many-libs/static, fork+exec",
-            "fork+exec many-libs",
-            "fork+exec static",
-        ),
-        (
-            "posix_spawn/fork, exec dynamic",
-            "posix_spawn dynamic",
-            "fork+exec dynamic",
-        ),
-        (
-            "vfork/fork, exec dynamic",
-            "vfork+exec dynamic",
-            "fork+exec dynamic",
-        ),
-    ] {
+    for (name, a, b) in RATIOS {
         if let (Some(a), Some(b)) = (get(a), get(b)) {
-            out.push(ratio(name, a, b));
+            let mut r = ratio(name, a, b);
+            if let Some(&v) = paired.get(name) {
+                let table = r.value;
+                r.value = v;
+                r.text = r.text.replacen(
+                    &format!("{table:.2}×"),
+                    &format!("{v:.2}× (paired runs)"),
+                    1,
+                );
+            }
+            out.push(r);
         }
     }
     let sweep: Vec<&RowResult> = rows
@@ -269,7 +284,7 @@ mod tests {
             &[("fork", 150.0), ("exit_teardown", 60.0)],
         );
         assert_eq!(explain(&vfork, &fork).unwrap().0, "fork");
-        let r = ratios(&[vfork, fork, dynamic, stat]);
+        let r = ratios(&[vfork, fork, dynamic, stat], &BTreeMap::new());
         assert_eq!(r.len(), 2);
         assert!(
             r[0].text.starts_with("vfork/fork, static parent: 0.33×"),
@@ -283,7 +298,7 @@ mod tests {
     fn small_differences_are_called_noise() {
         let a = row("fork+exec dynamic", 1040.0, &[("ld_start", 700.0)]);
         let b = row("fork+exec static", 1000.0, &[]);
-        let r = ratios(&[a, b]);
+        let r = ratios(&[a, b], &BTreeMap::new());
         assert!(
             r[0].text.contains("within this machine's run-to-run noise"),
             "{}",

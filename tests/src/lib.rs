@@ -143,3 +143,20 @@ pub fn wait_unloaded() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Waits (up to 20 s) until process `parent` has a child whose comm is `comm` (the command
+/// `forkprof run` started), and returns that child's pid.
+pub fn wait_for_child(parent: u32, comm: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let kids = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = kids.split_whitespace().next()
+            && std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm)
+        {
+            return pid.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "{comm} never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

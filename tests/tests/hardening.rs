@@ -56,19 +56,7 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let sleeper = loop {
-        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", fp.id()))
-            .unwrap_or_default();
-        if let Some(pid) = kids.split_whitespace().next().map(str::to_string)
-            && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim() == "sleep")
-        {
-            break pid;
-        }
-        assert!(Instant::now() < deadline, "sleep never started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let sleeper = forkprof_tests::wait_for_child(fp.id(), "sleep");
     fp.kill().unwrap();
     fp.wait().unwrap();
     wait_unloaded();

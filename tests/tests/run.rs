@@ -142,19 +142,7 @@ fn forwards_sigterm_and_exits_128_plus_signal() {
         .spawn()
         .unwrap();
     // Wait until sleep runs under forkprof (it is forkprof's child).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let sleeper = loop {
-        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id()))
-            .unwrap_or_default();
-        if let Some(pid) = kids.split_whitespace().next() {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "sleep" {
-                break pid.to_string();
-            }
-        }
-        assert!(Instant::now() < deadline, "sleep never started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let sleeper = forkprof_tests::wait_for_child(child.id(), "sleep");
     // SAFETY: plain syscall.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();

@@ -74,6 +74,7 @@ pub mod ld_outcome {
     /// All three brackets seen: `ld_start`, `ld_map`, `ld_reloc_init` are valid.
     pub const COMPLETE: u32 = 1;
     /// `arch_prctl(ARCH_SET_FS)` came before any glibc ld.so syscall: no glibc dynamic linker.
+    /// `static_start_ns` is valid.
     pub const NO_GLIBC_LD: u32 = 2;
     /// The window was given up (too many syscalls, or an unexpected order).
     pub const INCOMPLETE: u32 = 3;
@@ -178,6 +179,10 @@ pub struct LdRecord {
     pub atime_count: u32,
     pub syscalls: u32,
     pub atime_ns: u64,
+    /// `NO_GLIBC_LD` only: exec done -> that first `arch_prctl(ARCH_SET_FS)`. For a binary
+    /// with no ELF interpreter this is its libc's own start-up (`static_start`: CPU feature
+    /// probes, tunables, IRELATIVE relocations, TLS); 0 otherwise.
+    pub static_start_ns: u64,
 }
 
 /// A process (its last thread) exited.
@@ -266,5 +271,5 @@ const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
         == 32 + 8 + 8 * 4 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
-const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + COMM_LEN);

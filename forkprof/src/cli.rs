@@ -52,6 +52,42 @@ pub struct BenchArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Run the workloads, and the processes they spawn, on this CPU only (default: the last
+    /// CPU that forkprof may run on).
+    #[arg(long, value_name = "N", value_parser = parse_cpu, conflicts_with = "no_pin")]
+    pub cpu: Option<usize>,
+    /// Let the scheduler place the workloads and their children on any CPU. Each spawn then
+    /// includes whatever cross-CPU wake-ups the scheduler chose.
+    #[arg(long)]
+    pub no_pin: bool,
+}
+
+/// The CPUs this process may run on (sched_getaffinity), in order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: the index is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+fn parse_cpu(s: &str) -> Result<usize, String> {
+    let cpu: usize = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a CPU number"))?;
+    let allowed = allowed_cpus();
+    if !allowed.contains(&cpu) {
+        return Err(format!(
+            "CPU {cpu} is not one forkprof may run on (allowed: {allowed:?})"
+        ));
+    }
+    Ok(cpu)
 }
 
 #[derive(Args, Debug)]

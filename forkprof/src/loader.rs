@@ -25,6 +25,7 @@ pub const HOOKS: &[Hook] = &[
             "fork",
             "exec",
             "exec_failed",
+            "static_start",
             "ld_start",
             "ld_map",
             "ld_reloc_init",

@@ -251,6 +251,10 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             "--rows",
             "_exit",
             "--rows",
+            "fork+exec static",
+            "--rows",
+            "fork rss 0",
+            "--rows",
             "fork rss 64",
         ])
         .output()
@@ -261,6 +265,8 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Pinned by default, to a CPU forkprof may use.
+    assert!(doc["cpu"].as_u64().is_some(), "{}", doc["cpu"]);
     let rows = doc["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(
@@ -270,6 +276,9 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             "fork+_exit dynamic parent",
             "vfork+_exit static parent",
             "vfork+_exit dynamic parent",
+            "fork+exec static",
+            "vfork+exec static",
+            "fork rss 0 MiB",
             "fork rss 64 MiB"
         ]
     );
@@ -281,17 +290,51 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             "{r}"
         );
     }
-    let fork64 = &rows[4]["phases_us"];
+    // A static binary's start-up is measured: the phases cover most of its wall time.
+    let exec_static = &rows[4];
+    assert!(
+        exec_static["phases_us"]["static_start"].as_f64().unwrap() > 0.0,
+        "{exec_static}"
+    );
+    assert!(
+        exec_static["spawn_cost_coverage"].as_f64().unwrap() > 0.5,
+        "{exec_static}"
+    );
+    let fork64 = &rows[7]["phases_us"];
     assert!(
         fork64["pagetable_copy"].as_f64().unwrap() > 0.5 * fork64["fork"].as_f64().unwrap(),
         "64 MiB parent: page-table copy is most of fork: {fork64}"
     );
-    let ratios: Vec<&str> = doc["ratios"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap())
-        .collect();
-    assert!(ratios.contains(&"vfork/fork, static parent"), "{ratios:?}");
-    assert!(ratios.contains(&"vfork/fork, dynamic parent"), "{ratios:?}");
+    let ratios = doc["ratios"].as_array().unwrap();
+    let ratio = |name: &str| {
+        ratios
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {ratios:?}"))
+    };
+    for name in [
+        "vfork/fork, static parent",
+        "vfork/fork, dynamic parent",
+        "dynamic/static parent, fork+_exit",
+        "fork slope per GiB of RSS",
+    ] {
+        let r = ratio(name);
+        // Measured with the two drivers taking turns, not from the rows.
+        assert_eq!(r["measured"], "turns", "{r}");
+        assert!(r["a_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // vfork skips the page-table copy and the child's exit of a copied address space.
+    assert!(
+        ratio("vfork/fork, static parent")["value"]
+            .as_f64()
+            .unwrap()
+            < 1.0
+    );
+    // A 64 MiB parent forks slower than an empty one, so the slope is positive.
+    assert!(
+        ratio("fork slope per GiB of RSS")["value"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
 }

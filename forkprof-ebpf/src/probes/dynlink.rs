@@ -1,6 +1,8 @@
 //! The dynamic linker after exec, bracketed by glibc ld.so's own syscalls (no uprobes):
 //! exec done -> access("/etc/ld.so.preload") [ld_start] -> arch_prctl(ARCH_SET_FS) once all
 //! objects are mapped [ld_map] -> munmap of ld.so.cache, ld.so's last syscall [ld_reloc_init].
+//! When `arch_prctl(ARCH_SET_FS)` comes first there is no glibc ld.so; for a statically linked
+//! binary, exec done -> that call is its libc's own start-up [static_start].
 //!
 //! With `--precise-ld` (global PRECISE_LD), uprobes give the outer boundaries: ld.so's first
 //! `_dl_debug_state` call (RT_ADD, before any object is loaded) ends `ld_start`, and libc's
@@ -41,7 +43,13 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
             if id == nr::ACCESS && !precise {
                 ps.ld_t1 = maps::now();
                 ps.ld_state = ld_state::MAP;
-            } else if (id == nr::ARCH_PRCTL && set_fs()) || ps.ld_syscalls > LD_START_MAX_SYSCALLS {
+            } else if id == nr::ARCH_PRCTL && set_fs() {
+                ps.ld_t1 = maps::now();
+                close(ps, ld_outcome::NO_GLIBC_LD);
+                return;
+            } else if ps.ld_syscalls > LD_START_MAX_SYSCALLS {
+                // Neither ld.so nor a libc that sets up TLS: nothing measured.
+                ps.ld_t1 = ps.ld_t0;
                 close(ps, ld_outcome::NO_GLIBC_LD);
                 return;
             }
@@ -119,10 +127,14 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
         atime_ns: ps.atime_ns,
         ..Default::default()
     };
-    if outcome == ld_outcome::COMPLETE {
-        rec.ld_start_ns = ps.ld_t1 - ps.ld_t0;
-        rec.ld_map_ns = ps.ld_t2 - ps.ld_t1;
-        rec.ld_reloc_init_ns = end - ps.ld_t2;
+    match outcome {
+        ld_outcome::COMPLETE => {
+            rec.ld_start_ns = ps.ld_t1 - ps.ld_t0;
+            rec.ld_map_ns = ps.ld_t2 - ps.ld_t1;
+            rec.ld_reloc_init_ns = end - ps.ld_t2;
+        }
+        ld_outcome::NO_GLIBC_LD => rec.static_start_ns = ps.ld_t1 - ps.ld_t0,
+        _ => {}
     }
     ps.ld_state = ld_state::NONE;
     ps.atime_count = 0;

@@ -1,19 +1,25 @@
 //! `forkprof bench`: the classic process-creation experiments, each run bare (wall time per
 //! iteration) and traced (phase attribution and forkprof's own overhead), with the ratios
 //! people have quoted since 1989 and the phase that explains each of them.
+use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::os::fd::{AsRawFd as _, RawFd};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
 use comfy_table::{Cell, Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::cli::BenchArgs;
+use crate::elf::LoaderCache;
 use crate::loader;
-use crate::model::bench::{RATIOS, RowResult, ratios};
+use crate::model::Report;
+use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, Turns, ratios, sweep_biggest};
+use crate::model::report::Context as ReportContext;
 use crate::privilege::InvokingUser;
+use crate::session::{Options as SessionOptions, Session};
 
 /// The workloads built into forkprof (forkprof/workloads, built by build.rs).
 const EMBEDDED: &[(&str, &[u8])] = &[
@@ -222,145 +228,307 @@ impl Drop for Workdir {
     }
 }
 
-fn us_per_iter(stdout: &[u8]) -> Result<f64> {
+/// What every run of a workload shares: where the workloads are, whom they run as, and the
+/// CPU they are pinned to.
+struct Bench {
+    work: Workdir,
+    user: Option<InvokingUser>,
+    cpu: Option<usize>,
+}
+
+/// The number after `key ` in a driver's output.
+fn driver_value(stdout: &[u8], key: &str) -> Result<f64> {
     String::from_utf8_lossy(stdout)
         .lines()
-        .find_map(|l| l.strip_prefix("us_per_iter "))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .context("the workload printed no us_per_iter")
+        .with_context(|| format!("the workload printed no {key}"))
 }
 
-fn argv(work: &Workdir, s: &Spec, iterations: u64) -> Option<Vec<String>> {
-    let driver = work.path(s.driver)?;
-    let mut v = vec![
-        driver.display().to_string(),
-        s.method.to_string(),
-        iterations.to_string(),
-    ];
-    if let Some(p) = s.program {
-        v.push(work.path(p)?.display().to_string());
-        v.extend(s.args.iter().map(|a| a.to_string()));
-    }
-    Some(v)
-}
-
-/// One run of the driver alone, as the invoking user: µs per iteration.
-fn bare_run(s: &Spec, argv: &[String], user: Option<&InvokingUser>) -> Result<f64> {
-    let mut bare = Command::new(&argv[0]);
-    bare.args(&argv[1..])
-        .env("FP_RSS_MIB", s.rss_mib.to_string());
-    if let Some(u) = user.cloned() {
-        // SAFETY: the closure only makes raw syscalls between fork and exec.
-        unsafe { bare.pre_exec(move || u.become_user()) };
-    }
-    let out = bare
-        .output()
-        .with_context(|| format!("running {}", argv[0]))?;
+/// A driver's output, or the error it printed.
+fn driver_output(what: &str, out: std::process::Output) -> Result<Vec<u8>> {
     if !out.status.success() {
-        bail!(
-            "{}: {}",
-            s.name,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    us_per_iter(&out.stdout)
+    Ok(out.stdout)
 }
 
-/// The median of a/b over PAIRED_RUNS runs of rows `a` and `b` in turn.
-fn paired_ratio(
-    work: &Workdir,
-    (a, b): (&Spec, &Spec),
-    iterations: (u64, u64),
-    user: Option<&InvokingUser>,
-) -> Result<Option<f64>> {
-    let (Some(argv_a), Some(argv_b)) = (argv(work, a, iterations.0), argv(work, b, iterations.1))
-    else {
-        return Ok(None);
-    };
-    let mut ratios = Vec::with_capacity(PAIRED_RUNS);
-    for _ in 0..PAIRED_RUNS {
-        let ta = bare_run(a, &argv_a, user)?;
-        let tb = bare_run(b, &argv_b, user)?;
-        ratios.push(ta / tb);
+impl Bench {
+    fn argv(&self, s: &Spec, iterations: u64) -> Option<Vec<String>> {
+        let driver = self.work.path(s.driver)?;
+        let mut v = vec![
+            driver.display().to_string(),
+            s.method.to_string(),
+            iterations.to_string(),
+        ];
+        if let Some(p) = s.program {
+            v.push(self.work.path(p)?.display().to_string());
+            v.extend(s.args.iter().map(|a| a.to_string()));
+        }
+        Some(v)
     }
-    ratios.sort_by(f64::total_cmp);
-    Ok(Some(ratios[ratios.len() / 2]))
+
+    /// `program` with the environment a driver reads (FP_RSS_MIB, FP_CPU).
+    fn command(&self, s: &Spec, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("FP_RSS_MIB", s.rss_mib.to_string());
+        match self.cpu {
+            Some(cpu) => cmd.env("FP_CPU", cpu.to_string()),
+            None => cmd.env_remove("FP_CPU"),
+        };
+        cmd
+    }
+
+    /// One run of the driver alone, as the invoking user: µs per iteration.
+    fn bare_run(&self, s: &Spec, argv: &[String]) -> Result<f64> {
+        let mut bare = self.command(s, &argv[0]);
+        bare.args(&argv[1..]);
+        if let Some(u) = self.user.clone() {
+            // SAFETY: the closure only makes raw syscalls between fork and exec.
+            unsafe { bare.pre_exec(move || u.become_user()) };
+        }
+        let out = bare
+            .output()
+            .with_context(|| format!("running {}", argv[0]))?;
+        driver_value(&driver_output(s.name, out)?, "us_per_iter")
+    }
+
+    /// Rows `a` and `b` started as two drivers that will take turns iteration by iteration
+    /// (FP_TURN over two crossed pipes). They wait for the first turn, which
+    /// `TurnTaking::finish` gives.
+    fn start_turns(&self, (a, b): (&Spec, &Spec), iterations: u64) -> Result<Option<TurnTaking>> {
+        let names = [a.name, b.name];
+        let (Some(argv_a), Some(argv_b)) = (self.argv(a, iterations), self.argv(b, iterations))
+        else {
+            return Ok(None);
+        };
+        let (a_reads, b_writes) = std::io::pipe()?;
+        let (b_reads, a_writes) = std::io::pipe()?;
+        let spawn = |s: &Spec, argv: &[String], reads: RawFd, writes: RawFd| {
+            let mut cmd = self.command(s, &argv[0]);
+            cmd.args(&argv[1..])
+                .env("FP_TURN", format!("{TURN_READ_FD},{TURN_WRITE_FD}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let user = self.user.clone();
+            // SAFETY: the closure only makes raw syscalls between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    // dup2 leaves the copies without FD_CLOEXEC, so they survive the exec.
+                    if libc::dup2(reads, TURN_READ_FD) < 0 || libc::dup2(writes, TURN_WRITE_FD) < 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    match &user {
+                        Some(u) => u.become_user(),
+                        None => Ok(()),
+                    }
+                })
+            };
+            cmd.spawn().with_context(|| format!("running {}", argv[0]))
+        };
+        // a reads what b writes and b reads what a writes: the pipes cross.
+        let child_a = spawn(a, &argv_a, a_reads.as_raw_fd(), a_writes.as_raw_fd());
+        let child_b = spawn(b, &argv_b, b_reads.as_raw_fd(), b_writes.as_raw_fd());
+        match (child_a, child_b) {
+            // Only the drivers may hold the pipes now, and the first turn: if one stops, the
+            // other reads end-of-file instead of waiting for ever.
+            (Ok(a), Ok(b)) => Ok(Some(TurnTaking {
+                children: [a, b],
+                first_turn: a_writes,
+                names,
+            })),
+            (Err(e), Ok(mut other)) | (Ok(mut other), Err(e)) => {
+                let _ = other.kill();
+                let _ = other.wait();
+                Err(e)
+            }
+            (Err(e), Err(_)) => Err(e),
+        }
+    }
+
+    /// Rows `a` and `b` taking turns, bare: the medians of their iterations' times.
+    fn take_turns(&self, specs: (&Spec, &Spec), iterations: u64) -> Result<Option<Turns>> {
+        let Some(turns) = self.start_turns(specs, iterations)? else {
+            return Ok(None);
+        };
+        let [out_a, out_b] = turns.finish()?;
+        Ok(Some(Turns {
+            a_us: driver_value(&out_a, "us_per_iter_median")?,
+            b_us: driver_value(&out_b, "us_per_iter_median")?,
+            traced: None,
+        }))
+    }
+
+    /// Rows `a` and `b` taking turns while traced, in this process: each side's traced wall
+    /// time and the phase means of the processes it spawned.
+    fn take_turns_traced(
+        &self,
+        specs: (&Spec, &Spec),
+        iterations: u64,
+    ) -> Result<Option<(RowResult, RowResult)>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let _in_runtime = runtime.enter();
+        let mut session = Session::start(SessionOptions {
+            trace_all: false,
+            precise_ld: false,
+            output: None,
+            keep_args: false,
+            owner: None,
+            meta: Vec::new(),
+        })?;
+        let Some(turns) = self.start_turns(specs, iterations)? else {
+            return Ok(None);
+        };
+        let pids = turns.children.each_ref().map(|c| c.id());
+        for pid in pids {
+            if let Err(e) = session.trace_pid(pid) {
+                drop(turns);
+                return Err(e);
+            }
+        }
+        let done = tokio::task::spawn_blocking(move || turns.finish());
+        let [out_a, out_b] = runtime.block_on(session.run_until(done))???;
+        session.drain()?;
+        let loaders = LoaderCache::default();
+        let is_static = |p: &[u8]| loaders.is_static(p);
+        let report = Report::build(&session.trace, &ReportContext::for_run(&is_static));
+        let rows = report.processes.unwrap_or_default();
+        let side = |s: &Spec, pid: u32, out: &[u8]| -> Result<RowResult> {
+            let spawned = rows.iter().filter(|p| p.parent_pid == Some(pid));
+            Ok(RowResult {
+                name: s.name.into(),
+                iterations,
+                us_per_iter_traced: driver_value(out, "us_per_iter")?,
+                phases_us: phase_means(spawned.map(|p| &p.phases), iterations),
+                rss_mib: s.rss_mib,
+                ..Default::default()
+            })
+        };
+        Ok(Some((
+            side(specs.0, pids[0], &out_a)?,
+            side(specs.1, pids[1], &out_b)?,
+        )))
+    }
+
+    fn run_row(&self, s: &Spec, iterations: u64) -> Result<Option<RowResult>> {
+        let Some(argv) = self.argv(s, iterations) else {
+            return Ok(None);
+        };
+        // Bare: the driver alone, as the invoking user; the median of BARE_RUNS runs, because
+        // single runs vary by 10-15% on a noisy machine.
+        let mut runs = Vec::with_capacity(BARE_RUNS);
+        for _ in 0..BARE_RUNS {
+            runs.push(self.bare_run(s, &argv)?);
+        }
+        runs.sort_by(f64::total_cmp);
+        let bare_us = runs[runs.len() / 2];
+        // Traced: the same through `forkprof run`.
+        let report = self.work.dir.join("report.json");
+        let out = self
+            .command(s, std::env::current_exe()?)
+            .args(["run", "--json", "--report"])
+            .arg(&report)
+            .arg("--")
+            .args(&argv)
+            .output()?;
+        let traced_us = driver_value(
+            &driver_output(&format!("{} (traced)", s.name), out)?,
+            "us_per_iter",
+        )?;
+        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
+        let spawned: Vec<BTreeMap<String, u64>> = json["processes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["method"] != "unknown") // not the driver itself
+            .map(|p| {
+                p["phases"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                    .collect()
+            })
+            .collect();
+        let phases_us = phase_means(spawned.iter(), iterations);
+        let cost = phases_us.get("spawn_cost").copied().unwrap_or(0.0);
+        Ok(Some(RowResult {
+            name: s.name.into(),
+            iterations,
+            us_per_iter: bare_us,
+            us_per_iter_traced: traced_us,
+            spawn_cost_coverage: cost / traced_us,
+            tracing_overhead: traced_us / bare_us - 1.0,
+            phases_us,
+            rss_mib: s.rss_mib,
+        }))
+    }
 }
 
-fn run_row(
-    work: &Workdir,
-    s: &Spec,
+/// Two drivers started to take turns, waiting for the first one.
+struct TurnTaking {
+    children: [std::process::Child; 2],
+    first_turn: std::io::PipeWriter,
+    names: [&'static str; 2],
+}
+
+impl TurnTaking {
+    /// Gives the first turn and waits for both drivers: their outputs.
+    fn finish(mut self) -> Result<[Vec<u8>; 2]> {
+        if let Err(e) = self.first_turn.write_all(&[0]) {
+            for child in &mut self.children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            return Err(e).context("starting the turns");
+        }
+        drop(self.first_turn);
+        let [a, b] = self.children;
+        Ok([
+            driver_output(self.names[0], a.wait_with_output()?)?,
+            driver_output(self.names[1], b.wait_with_output()?)?,
+        ])
+    }
+}
+
+/// Per-iteration means of the spawned processes' phases (µs; cow_faults stays a count).
+fn phase_means<'a, K: AsRef<str> + 'a>(
+    processes: impl Iterator<Item = &'a BTreeMap<K, u64>>,
     iterations: u64,
-    user: Option<&InvokingUser>,
-) -> Result<Option<RowResult>> {
-    let Some(argv) = argv(work, s, iterations) else {
-        return Ok(None);
-    };
-    // Bare: the driver alone, as the invoking user; the median of BARE_RUNS runs, because
-    // single runs vary by 10-15% on a noisy machine.
-    let mut runs = Vec::with_capacity(BARE_RUNS);
-    for _ in 0..BARE_RUNS {
-        runs.push(bare_run(s, &argv, user)?);
-    }
-    runs.sort_by(f64::total_cmp);
-    let bare_us = runs[runs.len() / 2];
-    // Traced: the same through `forkprof run`.
-    let report = work.dir.join("report.json");
-    let out = Command::new(std::env::current_exe()?)
-        .args(["run", "--json", "--report"])
-        .arg(&report)
-        .arg("--")
-        .args(&argv)
-        .env("FP_RSS_MIB", s.rss_mib.to_string())
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "{} (traced): {}",
-            s.name,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let traced_us = us_per_iter(&out.stdout)?;
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
-    let mut sums: std::collections::BTreeMap<String, f64> = Default::default();
-    for p in json["processes"].as_array().into_iter().flatten() {
-        if p["method"] == "unknown" {
-            continue; // the driver itself
-        }
-        for (k, v) in p["phases"].as_object().into_iter().flatten() {
-            let v = v.as_f64().unwrap_or(0.0);
-            let v = if k == "cow_faults" { v } else { v / 1e3 };
-            *sums.entry(k.clone()).or_default() += v;
+) -> BTreeMap<String, f64> {
+    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    for phases in processes {
+        for (k, &v) in phases {
+            let k = k.as_ref();
+            let v = if k == "cow_faults" {
+                v as f64
+            } else {
+                v as f64 / 1e3
+            };
+            *sums.entry(k.to_string()).or_default() += v;
         }
     }
-    let phases_us: std::collections::BTreeMap<String, f64> = sums
-        .into_iter()
+    sums.into_iter()
         .map(|(k, v)| (k, v / iterations as f64))
-        .collect();
-    let cost = phases_us.get("spawn_cost").copied().unwrap_or(0.0);
-    Ok(Some(RowResult {
-        name: s.name.into(),
-        iterations,
-        us_per_iter: bare_us,
-        us_per_iter_traced: traced_us,
-        spawn_cost_coverage: cost / traced_us,
-        tracing_overhead: traced_us / bare_us - 1.0,
-        phases_us,
-        rss_mib: s.rss_mib,
-    }))
+        .collect()
 }
 
 /// Bare runs per row; the median is reported.
 const BARE_RUNS: usize = 3;
-/// Runs of each row in the paired measurement of a ratio.
-const PAIRED_RUNS: usize = 5;
+/// The file descriptors on which a driver taking turns reads and passes the turn.
+const TURN_READ_FD: RawFd = 100;
+const TURN_WRITE_FD: RawFd = 101;
 
-const COLUMNS: [&str; 10] = [
+const COLUMNS: [&str; 11] = [
     "fork",
     "pagetable_copy",
     "vfork_wait",
     "exec_prepare",
     "exec_load",
+    "static_start",
     "ld_start",
     "ld_map",
     "ld_reloc_init",
@@ -372,6 +540,18 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     loader::check_privileges()?;
     let user = InvokingUser::from_env()?;
     let work = Workdir::new(user.as_ref())?;
+    let cpu = match (args.no_pin, args.cpu) {
+        (true, _) => None,
+        (false, Some(cpu)) => Some(cpu),
+        (false, None) => crate::cli::allowed_cpus().last().copied(),
+    };
+    let bench = Bench { work, user, cpu };
+    match cpu {
+        Some(cpu) => eprintln!(
+            "forkprof bench: workloads pinned to CPU {cpu} (--no-pin lets the scheduler place them)"
+        ),
+        None => eprintln!("forkprof bench: workloads not pinned"),
+    }
     let mut results = Vec::new();
     let mut skipped = Vec::new();
     for s in SPECS {
@@ -388,7 +568,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         }
         eprint!("forkprof bench: {:<28} ", s.name);
         let _ = std::io::stderr().flush();
-        match run_row(&work, s, iterations, user.as_ref())? {
+        match bench.run_row(s, iterations)? {
             Some(r) => {
                 eprintln!("{:>9.1} µs/iter", r.us_per_iter);
                 results.push(r);
@@ -399,23 +579,42 @@ pub fn run(args: BenchArgs) -> Result<i32> {
             }
         }
     }
-    let mut paired = std::collections::BTreeMap::new();
+    let spec = |n: &str| SPECS.iter().find(|s| s.name == n);
+    let ran = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.iterations);
+    let mut pairs: Vec<(&str, &Spec, &Spec, u64)> = Vec::new();
     for (name, a, b) in RATIOS {
-        let spec = |n: &str| SPECS.iter().find(|s| s.name == n);
-        let ran = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.iterations);
         if let (Some(sa), Some(sb), Some(ia), Some(ib)) = (spec(a), spec(b), ran(a), ran(b)) {
-            eprint!("forkprof bench: {name:<34} ");
-            let _ = std::io::stderr().flush();
-            let iterations = (ia.div_ceil(2), ib.div_ceil(2));
-            if let Some(v) = paired_ratio(&work, (sa, sb), iterations, user.as_ref())? {
-                eprintln!("{v:.2}× over {PAIRED_RUNS} paired runs");
-                paired.insert(name.to_string(), v);
-            }
+            pairs.push((name, sa, sb, ia.min(ib)));
         }
     }
-    let ratios = ratios(&results, &paired);
+    // The slope: the biggest parent against the empty one, as many times as the biggest ran.
+    if let (Some(big), Some(base)) = (sweep_biggest(&results), spec(SWEEP_BASELINE))
+        && ran(SWEEP_BASELINE).is_some()
+        && let Some(sa) = spec(&big.name)
+    {
+        pairs.push((SLOPE, sa, base, big.iterations));
+    }
+    let mut turns = BTreeMap::new();
+    for (name, a, b, iterations) in pairs {
+        eprint!("forkprof bench: {name:<34} ");
+        let _ = std::io::stderr().flush();
+        if let Some(mut t) = bench.take_turns((a, b), iterations)? {
+            eprintln!(
+                "{:.1} vs {:.1} µs, taking turns {iterations} times",
+                t.a_us, t.b_us
+            );
+            t.traced = bench.take_turns_traced((a, b), iterations)?;
+            turns.insert(name.to_string(), t);
+        }
+    }
+    let ratios = ratios(&results, &turns);
     if args.json {
-        let doc = serde_json::json!({"rows": results, "ratios": ratios, "skipped": skipped});
+        let doc = serde_json::json!({
+            "cpu": cpu,
+            "rows": results,
+            "ratios": ratios,
+            "skipped": skipped,
+        });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(0);
     }

@@ -6,6 +6,9 @@ use serde::Serialize;
 
 /// Phases that can explain a difference between two rows: they do not overlap in time.
 /// (`vfork_wait` spans the child's exec or exit, and `pagetable_copy` is part of `fork`.)
+/// `ld_start` and `static_start` are one stage, the C library's start-up before anything is
+/// loaded (CPU feature probes, tunables), in a dynamic and in a static binary: a
+/// dynamic/static ratio compares them with each other.
 pub const EXPLAINING: [&str; 7] = [
     "fork",
     "exec",
@@ -16,7 +19,7 @@ pub const EXPLAINING: [&str; 7] = [
     "exit_teardown",
 ];
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RowResult {
     pub name: String,
     pub iterations: u64,
@@ -38,16 +41,54 @@ impl RowResult {
     pub fn phase(&self, name: &str) -> f64 {
         self.phases_us.get(name).copied().unwrap_or(0.0)
     }
+
+    /// An `EXPLAINING` part: `ld_start` includes `static_start`.
+    fn part(&self, name: &str) -> f64 {
+        match name {
+            "ld_start" => self.phase("ld_start") + self.phase("static_start"),
+            _ => self.phase(name),
+        }
+    }
+}
+
+/// How an `EXPLAINING` part is named when `a` and `b` are compared.
+fn part_name(part: &'static str, a: &RowResult, b: &RowResult) -> &'static str {
+    let statics = [a, b].map(|r| r.phase("static_start") > 0.0);
+    match (part, statics) {
+        ("ld_start", [true, false]) => "static_start vs ld_start",
+        ("ld_start", [false, true]) => "ld_start vs static_start",
+        ("ld_start", [true, true]) => "static_start",
+        _ => part,
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Ratio {
     pub name: String,
     pub value: f64,
+    /// The two sides' µs per iteration that give `value` (for the slope: the big parent's
+    /// and the empty parent's).
+    pub a_us: f64,
+    pub b_us: f64,
+    /// "turns": the two sides ran as two drivers taking turns iteration by iteration, and
+    /// a_us, b_us are the medians of their iterations. "rows": the bare rows' means.
+    pub measured: &'static str,
     /// The phase whose change explains most of the difference, and its share of it.
     pub phase: Option<String>,
     pub share: f64,
     pub text: String,
+}
+
+/// Two rows run as two drivers taking turns, iteration by iteration: the medians of their
+/// iterations' times (µs). A machine whose speed drifts slows both alike, so their ratio is
+/// far steadier than that of two rows measured minutes apart.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Turns {
+    pub a_us: f64,
+    pub b_us: f64,
+    /// The same two drivers taking turns while traced: each side's phase means and traced
+    /// wall time, so that the phases that explain the ratio are measured side by side too.
+    pub traced: Option<(RowResult, RowResult)>,
 }
 
 /// Rows whose traced runs differ by less than this are not explained: single runs vary by
@@ -64,64 +105,65 @@ pub fn explain(a: &RowResult, b: &RowResult) -> Option<(&'static str, f64)> {
     }
     EXPLAINING
         .iter()
-        .map(|&p| (p, a.phase(p) - b.phase(p)))
+        .map(|&p| (p, a.part(p) - b.part(p)))
         .filter(|(_, d)| d.signum() == total.signum())
         .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
-        .map(|(p, d)| (p, d / total))
+        .map(|(p, d)| (part_name(p, a, b), d / total))
 }
 
-fn ratio(name: &str, a: &RowResult, b: &RowResult) -> Ratio {
-    let value = a.us_per_iter / b.us_per_iter;
+fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Ratio {
+    let (a_us, b_us, measured, how) = match turns {
+        Some(t) => (t.a_us, t.b_us, "turns", "taking turns"),
+        None => (a.us_per_iter, b.us_per_iter, "rows", "separate rows"),
+    };
+    // The phases come from the traced turns when there are some, else from the rows.
+    let (a, b) = match turns.and_then(|t| t.traced.as_ref()) {
+        Some((ta, tb)) => (ta, tb),
+        None => (a, b),
+    };
+    let value = a_us / b_us;
+    let head = format!("{name}: {value:.2}× ({a_us:.0} vs {b_us:.0} µs per iteration, {how})");
     let explained = explain(a, b);
     let total = a.us_per_iter_traced - b.us_per_iter_traced;
     let relative = total.abs() / b.us_per_iter_traced.max(f64::EPSILON);
-    let mut text = match explained {
-        _ if relative < NOISE => {
-            return Ratio {
-                name: name.into(),
-                value,
-                phase: None,
-                share: 0.0,
-                text: format!(
-                    "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); the traced runs differ by {:.0}%, within this machine's run-to-run noise",
-                    a.us_per_iter,
-                    b.us_per_iter,
-                    100.0 * relative
-                ),
-            };
-        }
-        Some((phase, share)) if share > 1.2 => format!(
-            "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); {phase} changed by {:.0} µs, more than the whole difference (other parts moved the other way)",
-            a.us_per_iter,
-            b.us_per_iter,
-            a.phase(phase) - b.phase(phase)
-        ),
-        Some((phase, share)) => format!(
-            "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration); {phase} explains {:.0}% of the difference",
-            a.us_per_iter,
-            b.us_per_iter,
-            100.0 * share
-        ),
-        None => format!(
-            "{name}: {value:.2}× ({:.0} vs {:.0} µs per iteration)",
-            a.us_per_iter, b.us_per_iter
-        ),
-    };
-    let measured: f64 = EXPLAINING.iter().map(|p| a.phase(p) - b.phase(p)).sum();
-    let total = a.us_per_iter_traced - b.us_per_iter_traced;
-    if total.abs() > f64::EPSILON && measured / total < 0.5 {
-        text.push_str(&format!(
-            "; {:.0}% of it is outside the measured phases (user-space start-up before main, the child's own work)",
-            100.0 * (1.0 - measured / total)
-        ));
-    }
-    Ratio {
+    let mut out = Ratio {
         name: name.into(),
         value,
-        phase: explained.map(|(p, _)| p.to_string()),
-        share: explained.map_or(0.0, |(_, s)| s),
-        text,
+        a_us,
+        b_us,
+        measured,
+        phase: None,
+        share: 0.0,
+        text: String::new(),
+    };
+    if relative < NOISE {
+        out.text = format!(
+            "{head}; the traced runs differ by {:.0}%, within this machine's run-to-run noise",
+            100.0 * relative
+        );
+        return out;
     }
+    out.text = match explained {
+        Some((phase, share)) if share > 1.2 => format!(
+            "{head}; {phase} changed by {:.0} µs, more than the whole difference (other parts moved the other way)",
+            share * total
+        ),
+        Some((phase, share)) => format!(
+            "{head}; {phase} explains {:.0}% of the difference",
+            100.0 * share
+        ),
+        None => head,
+    };
+    let measured_sum: f64 = EXPLAINING.iter().map(|p| a.part(p) - b.part(p)).sum();
+    if measured_sum / total < 0.5 {
+        out.text.push_str(&format!(
+            "; {:.0}% of it is outside the measured phases (the child's own time in user space, scheduling, the parent's wait)",
+            100.0 * (1.0 - measured_sum / total)
+        ));
+    }
+    out.phase = explained.map(|(p, _)| p.to_string());
+    out.share = explained.map_or(0.0, |(_, s)| s);
+    out
 }
 
 /// Least-squares slope of µs per iteration against GiB of parent RSS.
@@ -176,62 +218,88 @@ pub const RATIOS: [(&str, &str, &str); 7] = [
     ),
 ];
 
-/// The classic ratios over whichever rows ran (by name). `paired` holds, by ratio name, the
-/// median of a/b over runs of the two rows taken in turn (a b a b ...): on a machine whose
-/// speed drifts, that is far steadier than the ratio of two rows measured minutes apart.
-pub fn ratios(rows: &[RowResult], paired: &BTreeMap<String, f64>) -> Vec<Ratio> {
+/// The name of the RSS-sweep entry in `ratios` (and in the `turns` map given to it).
+pub const SLOPE: &str = "fork slope per GiB of RSS";
+/// The sweep's rows are named "fork rss N MiB"; the empty parent is the slope's baseline.
+pub const SWEEP_PREFIX: &str = "fork rss ";
+pub const SWEEP_BASELINE: &str = "fork rss 0 MiB";
+
+/// The biggest parent of the RSS sweep among the rows that ran (not the baseline).
+pub fn sweep_biggest(rows: &[RowResult]) -> Option<&RowResult> {
+    rows.iter()
+        .filter(|r| r.name.starts_with(SWEEP_PREFIX) && r.rss_mib > 0)
+        .max_by_key(|r| r.rss_mib)
+}
+
+/// The classic ratios over whichever rows ran (by name). `turns` holds, by ratio name, the
+/// two sides measured taking turns; a ratio without it falls back to the bare rows' means.
+/// For `SLOPE`, `turns` holds the biggest sweep parent against the empty one.
+pub fn ratios(rows: &[RowResult], turns: &BTreeMap<String, Turns>) -> Vec<Ratio> {
     let get = |n: &str| rows.iter().find(|r| r.name == n);
     let mut out = Vec::new();
     for (name, a, b) in RATIOS {
         if let (Some(a), Some(b)) = (get(a), get(b)) {
-            let mut r = ratio(name, a, b);
-            if let Some(&v) = paired.get(name) {
-                let table = r.value;
-                r.value = v;
-                r.text = r.text.replacen(
-                    &format!("{table:.2}×"),
-                    &format!("{v:.2}× (paired runs)"),
-                    1,
-                );
-            }
-            out.push(r);
+            out.push(ratio(name, a, b, turns.get(name)));
         }
     }
-    let sweep: Vec<&RowResult> = rows
-        .iter()
-        .filter(|r| r.name.starts_with("fork rss "))
-        .collect();
-    let points: Vec<(f64, f64)> = sweep
-        .iter()
-        .map(|r| (r.rss_mib as f64 / 1024.0, r.us_per_iter))
-        .collect();
-    if let Some(slope) = slope_per_gib(&points) {
-        let biggest = sweep.iter().max_by_key(|r| r.rss_mib);
-        let pt = biggest.map_or(0.0, |r| {
-            let fork = r.phase("fork");
-            if fork > 0.0 {
-                r.phase("pagetable_copy") / fork
-            } else {
-                0.0
-            }
-        });
-        let text = match biggest {
-            Some(r) => format!(
-                "fork slope: {slope:.0} µs per GiB of parent RSS; at {} MiB, {:.0}% of the fork syscall is pagetable_copy",
-                r.rss_mib,
-                100.0 * pt
-            ),
-            None => format!("fork slope: {slope:.0} µs per GiB of parent RSS"),
-        };
-        out.push(Ratio {
-            name: "fork slope per GiB of RSS".into(),
-            value: slope,
-            phase: Some("pagetable_copy".into()),
-            share: pt,
-            text,
-        });
+    if let Some(r) = slope(rows, turns.get(SLOPE)) {
+        out.push(r);
     }
     out
+}
+
+/// µs of fork+_exit per GiB of parent RSS: from the biggest parent and the empty one taking
+/// turns, or else the least-squares slope over the sweep's rows.
+fn slope(rows: &[RowResult], turns: Option<&Turns>) -> Option<Ratio> {
+    let biggest = sweep_biggest(rows)?;
+    let gib = biggest.rss_mib as f64 / 1024.0;
+    let (value, a_us, b_us, measured, how) = match turns {
+        Some(t) => (
+            (t.a_us - t.b_us) / gib,
+            t.a_us,
+            t.b_us,
+            "turns",
+            format!(
+                "the {} MiB parent against an empty one, taking turns: {:.0} vs {:.0} µs",
+                biggest.rss_mib, t.a_us, t.b_us
+            ),
+        ),
+        None => {
+            let points: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.name.starts_with(SWEEP_PREFIX))
+                .map(|r| (r.rss_mib as f64 / 1024.0, r.us_per_iter))
+                .collect();
+            let base = rows.iter().find(|r| r.name == SWEEP_BASELINE);
+            (
+                slope_per_gib(&points)?,
+                biggest.us_per_iter,
+                base.map_or(0.0, |r| r.us_per_iter),
+                "rows",
+                format!("least squares over {} rows", points.len()),
+            )
+        }
+    };
+    let fork = biggest.phase("fork");
+    let share = if fork > 0.0 {
+        biggest.phase("pagetable_copy") / fork
+    } else {
+        0.0
+    };
+    Some(Ratio {
+        name: SLOPE.into(),
+        value,
+        a_us,
+        b_us,
+        measured,
+        phase: Some("pagetable_copy".into()),
+        share,
+        text: format!(
+            "fork slope: {value:.0} µs per GiB of parent RSS ({how}); at {} MiB, {:.0}% of the fork syscall is pagetable_copy",
+            biggest.rss_mib,
+            100.0 * share
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -312,5 +380,104 @@ mod tests {
         assert_eq!(slope_per_gib(&[(0.0, 100.0)]), None);
         let s = slope_per_gib(&[(0.0, 100.0), (0.25, 6100.0), (1.0, 24100.0)]).unwrap();
         assert!((s - 24000.0).abs() < 1e-6);
+        let sweep = |mib: u64, us: f64, phases: &[(&str, f64)]| RowResult {
+            rss_mib: mib,
+            ..row(&format!("fork rss {mib} MiB"), us, phases)
+        };
+        let rows = [
+            sweep(0, 100.0, &[("fork", 40.0)]),
+            sweep(256, 6100.0, &[("fork", 2000.0)]),
+            sweep(
+                1024,
+                24100.0,
+                &[("fork", 8000.0), ("pagetable_copy", 7920.0)],
+            ),
+        ];
+        // From the rows alone: least squares.
+        let r = ratios(&rows, &BTreeMap::new());
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].name.as_str(), r[0].measured), (SLOPE, "rows"));
+        assert!((r[0].value - 24000.0).abs() < 1e-6);
+        // Taking turns: the biggest parent against the empty one, whatever the rows said.
+        let turns = BTreeMap::from([(
+            SLOPE.to_string(),
+            Turns {
+                a_us: 30150.0,
+                b_us: 150.0,
+                traced: None,
+            },
+        )]);
+        let r = ratios(&rows, &turns);
+        assert_eq!(r[0].measured, "turns");
+        assert!((r[0].value - 30000.0).abs() < 1e-6);
+        assert!(
+            r[0].text
+                .contains("1024 MiB, 99% of the fork syscall is pagetable_copy"),
+            "{}",
+            r[0].text
+        );
+    }
+
+    #[test]
+    fn static_start_is_compared_with_ld_start() {
+        let dynamic = row(
+            "fork+exec dynamic",
+            1000.0,
+            &[
+                ("exec", 150.0),
+                ("ld_start", 600.0),
+                ("ld_map", 50.0),
+                ("ld_reloc_init", 100.0),
+            ],
+        );
+        let stat = row(
+            "fork+exec static",
+            850.0,
+            &[("exec", 130.0), ("static_start", 620.0), ("ld_start", 0.0)],
+        );
+        let (phase, share) = explain(&dynamic, &stat).unwrap();
+        assert_eq!(phase, "ld_reloc_init");
+        assert!((share - 100.0 / 150.0).abs() < 1e-9);
+        // Were the two start-ups not the same stage, ld_start would "explain" 400%.
+        let traced = Turns {
+            a_us: 950.0,
+            b_us: 800.0,
+            traced: Some((dynamic.clone(), stat.clone())),
+        };
+        let fast_static = row("fork+exec static", 300.0, &[("static_start", 100.0)]);
+        let turns = BTreeMap::from([("dynamic/static, fork+exec".to_string(), traced)]);
+        let r = ratios(&[dynamic, fast_static], &turns);
+        assert!(
+            r[0].text.contains("ld_reloc_init explains 67%"),
+            "the traced turns, not the rows, explain: {}",
+            r[0].text
+        );
+    }
+
+    #[test]
+    fn a_ratio_taken_in_turns_replaces_the_rows() {
+        let a = row("vfork+_exit static parent", 50.0, &[("fork", 10.0)]);
+        let b = row("fork+_exit static parent", 150.0, &[("fork", 60.0)]);
+        let turns = BTreeMap::from([(
+            "vfork/fork, static parent".to_string(),
+            Turns {
+                a_us: 40.0,
+                b_us: 100.0,
+                traced: None,
+            },
+        )]);
+        let r = ratios(&[a, b], &turns);
+        assert_eq!(r[0].value, 0.4);
+        assert_eq!(
+            (r[0].a_us, r[0].b_us, r[0].measured),
+            (40.0, 100.0, "turns")
+        );
+        assert!(
+            r[0].text.starts_with(
+                "vfork/fork, static parent: 0.40× (40 vs 100 µs per iteration, taking turns); fork explains 50%"
+            ),
+            "{}",
+            r[0].text
+        );
     }
 }

@@ -15,6 +15,7 @@ pub enum Phase {
     ExecPrepare,
     ExecLoad,
     ExecFailed,
+    StaticStart,
     LdStart,
     LdMap,
     LdRelocInit,
@@ -24,7 +25,7 @@ pub enum Phase {
     SpawnCost,
 }
 
-pub const PHASES: [Phase; 14] = [
+pub const PHASES: [Phase; 15] = [
     Phase::Fork,
     Phase::PagetableCopy,
     Phase::VforkWait,
@@ -32,6 +33,7 @@ pub const PHASES: [Phase; 14] = [
     Phase::ExecPrepare,
     Phase::ExecLoad,
     Phase::ExecFailed,
+    Phase::StaticStart,
     Phase::LdStart,
     Phase::LdMap,
     Phase::LdRelocInit,
@@ -51,6 +53,7 @@ impl Phase {
             Self::ExecPrepare => "exec_prepare",
             Self::ExecLoad => "exec_load",
             Self::ExecFailed => "exec_failed",
+            Self::StaticStart => "static_start",
             Self::LdStart => "ld_start",
             Self::LdMap => "ld_map",
             Self::LdRelocInit => "ld_reloc_init",
@@ -67,10 +70,11 @@ impl Phase {
     }
 
     /// The phases whose sum is `spawn_cost` (they do not overlap in time).
-    pub const SPAWN_COST_PARTS: [Phase; 7] = [
+    pub const SPAWN_COST_PARTS: [Phase; 8] = [
         Phase::Fork,
         Phase::Exec,
         Phase::ExecFailed,
+        Phase::StaticStart,
         Phase::LdStart,
         Phase::LdMap,
         Phase::LdRelocInit,
@@ -97,7 +101,9 @@ impl Phases {
     }
 
     /// `static_binary`: the process's last binary is known to have no ELF interpreter, so
-    /// the dynamic linker phases are 0 rather than unmeasured.
+    /// the dynamic linker phases are 0 rather than unmeasured, and the time to its first
+    /// `arch_prctl(ARCH_SET_FS)` is `static_start`. A dynamic binary whose glibc ld.so was
+    /// measured has a `static_start` of 0.
     pub fn of(p: &Process, static_binary: bool) -> Self {
         let mut ph = Self::default();
         if let Some(s) = &p.spawn {
@@ -128,6 +134,10 @@ impl Phases {
                 ph.add(Phase::LdStart, ld.ld_start_ns);
                 ph.add(Phase::LdMap, ld.ld_map_ns);
                 ph.add(Phase::LdRelocInit, ld.ld_reloc_init_ns);
+                ph.add(Phase::StaticStart, 0);
+            }
+            if ld.outcome == ld_outcome::NO_GLIBC_LD && static_binary && ld.static_start_ns > 0 {
+                ph.add(Phase::StaticStart, ld.static_start_ns);
             }
             if ld.atime_count > 0 {
                 ph.add(Phase::Atime, ld.atime_ns);

@@ -59,6 +59,28 @@ fn static_binaries_show_zero_ld_and_unknown_loaders_show_nothing() {
     let proc = t.get(&p).unwrap();
     assert_eq!(Phases::of(proc, true).get(Phase::LdStart), Some(0));
     assert_eq!(Phases::of(proc, false).get(Phase::LdStart), None);
+    // No arch_prctl(ARCH_SET_FS) seen: the static start-up is not measured, never 0.
+    assert_eq!(Phases::of(proc, true).get(Phase::StaticStart), None);
+    // With it: static_start, in spawn_cost; for a binary that has an interpreter, nothing.
+    let q = key(6, 20);
+    t.ingest(spawn(key(1, 0), q, 57, SIGCHLD));
+    t.ingest(exec(q, 100_000, b"/bin/static", 0, 0));
+    let Record::Ld(mut rec) = ld(q, ld_outcome::NO_GLIBC_LD) else {
+        unreachable!()
+    };
+    rec.static_start_ns = 500_000;
+    t.ingest(Record::Ld(rec));
+    let ph = Phases::of(t.get(&q).unwrap(), true);
+    assert_eq!(ph.get(Phase::StaticStart), Some(500_000));
+    assert_eq!(ph.get(Phase::SpawnCost), Some(40_000 + 100_000 + 500_000));
+    assert_eq!(
+        Phases::of(t.get(&q).unwrap(), false).get(Phase::StaticStart),
+        None
+    );
+    // A dynamic binary whose ld.so was measured: static_start is 0.
+    let dynamic = sample();
+    let cc = dynamic.get(&key(2, 1_000_000)).unwrap();
+    assert_eq!(Phases::of(cc, false).get(Phase::StaticStart), Some(0));
 }
 
 #[test]

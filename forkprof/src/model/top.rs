@@ -19,7 +19,7 @@ pub struct BinaryRow {
     pub spawns_per_s: f64,
     pub mean_spawn_cost_ns: u64,
     /// Mean of each `Phase::SPAWN_COST_PARTS` phase (ns), in that order.
-    pub cost_parts_ns: [u64; 7],
+    pub cost_parts_ns: [u64; 8],
     /// The parent binary that spawned most of them.
     pub top_parent: String,
 }
@@ -42,7 +42,7 @@ pub struct TopView {
 struct Acc {
     count: u64,
     cost: u64,
-    parts: [u64; 7],
+    parts: [u64; 8],
     parents: HashMap<Shared, u64>,
 }
 

@@ -23,10 +23,11 @@ use crate::model::{
 };
 
 /// Letters and colours of the phase bar, in `Phase::SPAWN_COST_PARTS` order.
-const PART_STYLE: [(char, Color); 7] = [
+const PART_STYLE: [(char, Color); 8] = [
     ('f', Color::Red),
     ('e', Color::Yellow),
     ('x', Color::Magenta),
+    ('c', Color::LightCyan),
     ('s', Color::Cyan),
     ('m', Color::Blue),
     ('r', Color::Green),
@@ -81,7 +82,7 @@ pub struct ViewState {
 }
 
 /// The bar splitting a spawn cost by phase, one letter per phase share.
-pub fn phase_bar(parts: &[u64; 7]) -> Vec<Span<'static>> {
+pub fn phase_bar(parts: &[u64; 8]) -> Vec<Span<'static>> {
     let total = parts.iter().fold(0u64, |a, &b| a.saturating_add(b));
     if total == 0 {
         return vec![Span::raw("")];

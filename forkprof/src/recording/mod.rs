@@ -7,8 +7,9 @@ pub mod writer;
 pub use reader::{Recording, RecordingError};
 pub use writer::Writer;
 
-/// Bumped on any incompatible change; a reader refuses newer versions.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped on any incompatible change; a reader refuses newer versions and reads older ones.
+/// 2: `lds.static_start_ns`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

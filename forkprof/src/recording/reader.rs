@@ -115,6 +115,14 @@ impl Recording {
         })
     }
 
+    /// The schema the file was written with (checked at open).
+    fn schema_version(&self) -> u32 {
+        self.meta
+            .get("schema_version")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(SCHEMA_VERSION)
+    }
+
     fn err(&self, e: rusqlite::Error) -> RecordingError {
         RecordingError {
             path: self.path.clone(),
@@ -197,10 +205,16 @@ impl Recording {
             }
             trace.ingest(Record::Exec(Box::new(rec)));
         }
-        let mut s = self.conn.prepare(
+        // Schema 1 had no static_start_ns: those static start-ups read as not measured (0).
+        let static_start = if self.schema_version() >= 2 {
+            "static_start_ns"
+        } else {
+            "0"
+        };
+        let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns, ld_map_ns,
-                    ld_reloc_init_ns, atime_count, atime_ns FROM lds",
-        )?;
+                    ld_reloc_init_ns, atime_count, atime_ns, {static_start} FROM lds"
+        ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
             trace.ingest(Record::Ld(LdRecord {
@@ -213,6 +227,7 @@ impl Recording {
                 ld_reloc_init_ns: r.get::<_, i64>(8)? as u64,
                 atime_count: r.get(9)?,
                 atime_ns: r.get::<_, i64>(10)? as u64,
+                static_start_ns: r.get::<_, i64>(11)? as u64,
             }));
         }
         let mut s = self.conn.prepare(

@@ -109,7 +109,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
             ])?;
         }
         Record::Ld(r) => {
-            tx.prepare_cached("INSERT INTO lds VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")?
+            tx.prepare_cached("INSERT INTO lds VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)")?
                 .execute(params![
                     r.hdr.proc.pid,
                     r.hdr.proc.start_ns as i64,
@@ -122,6 +122,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     r.ld_reloc_init_ns as i64,
                     r.atime_count,
                     r.atime_ns as i64,
+                    r.static_start_ns as i64,
                 ])?;
         }
         Record::Exit(r) => {

@@ -419,3 +419,38 @@ fn nothing_world_writable_is_left_behind() {
         tmp.display()
     );
 }
+
+/// `forkprof bench` stopped by a signal removes its working directory and exits 128 + N.
+#[test]
+fn bench_stopped_by_a_signal_cleans_up() {
+    require_root();
+    for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let child = Command::new(forkprof())
+            .args(["bench", "--rows", "fork+exec dynamic"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("forkprof-bench-{}", child.id()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !dir.join("driver-dynamic").exists() {
+            assert!(
+                Instant::now() < deadline,
+                "bench never made {}",
+                dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+}

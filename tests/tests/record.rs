@@ -368,3 +368,52 @@ fn flamegraph_folded_and_perfetto_outputs() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A recording made with schema 1 (before `lds.static_start_ns`) still reads: a static
+/// binary's `static_start` is then not measured, never 0, and the rest is unchanged.
+#[test]
+fn a_schema_1_recording_still_reads() {
+    require_root();
+    let dir = tempdir();
+    let bin = dir.join("static_true");
+    let src = dir.join("static_true.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let st = Command::new("gcc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc -static");
+    let v2 = dir.join("v2.db");
+    let run = run_traced_with(
+        &["-o", v2.to_str().unwrap()],
+        &["sh", "-c", &format!("{0}; {0}; {0}", bin.display())],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    // sh's static_start is 0 (it has an interpreter); the three static runs' are not.
+    let stat = |json: &Value, key: &str| json["phases"]["static_start"][key].as_u64().unwrap_or(0);
+    let (code, json2, err) = report_json(&v2, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stat(&json2, "count"), 4, "{}", json2["phases"]);
+    assert!(stat(&json2, "p50") > 0, "{}", json2["phases"]);
+    let v1 = dir.join("v1.db");
+    std::fs::copy(&v2, &v1).unwrap();
+    sqlite(
+        &v1,
+        "ALTER TABLE lds DROP COLUMN static_start_ns; \
+         UPDATE meta SET value = '1' WHERE key = 'schema_version'",
+    );
+    let (code, json1, err) = report_json(&v1, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stat(&json1, "count"), 1, "{}", json1["phases"]);
+    assert_eq!(stat(&json1, "total"), 0, "{}", json1["phases"]);
+    for phase in ["fork", "exec", "ld_start", "exit_teardown"] {
+        assert_eq!(
+            json1["phases"][phase], json2["phases"][phase],
+            "{phase} differs between the schema 1 and 2 readings"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

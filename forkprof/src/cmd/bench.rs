@@ -222,6 +222,24 @@ impl Workdir {
     }
 }
 
+impl Workdir {
+    /// If `forkprof bench` is stopped by SIGINT, SIGTERM or SIGHUP, removes the directory
+    /// (no destructor runs then) and exits 128 + the signal's number, as a shell would.
+    fn remove_on_signal(&self) -> Result<()> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+        let dir = self.dir.clone();
+        std::thread::spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                let _ = std::fs::remove_dir_all(&dir);
+                eprintln!("\nforkprof bench: stopped by signal {signal}");
+                std::process::exit(128 + signal);
+            }
+        });
+        Ok(())
+    }
+}
+
 impl Drop for Workdir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -540,6 +558,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     loader::check_privileges()?;
     let user = InvokingUser::from_env()?;
     let work = Workdir::new(user.as_ref())?;
+    work.remove_on_signal()?;
     let cpu = match (args.no_pin, args.cpu) {
         (true, _) => None,
         (false, Some(cpu)) => Some(cpu),

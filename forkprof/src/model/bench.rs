@@ -91,9 +91,11 @@ pub struct Turns {
     pub traced: Option<(RowResult, RowResult)>,
 }
 
-/// Rows whose traced runs differ by less than this are not explained: single runs vary by
+/// Rows whose traced runs differ by less than this are not explained: separate runs vary by
 /// about that much on a noisy machine.
 pub const NOISE: f64 = 0.08;
+/// The same for two sides traced while taking turns, which drift together.
+pub const NOISE_TURNS: f64 = 0.02;
 
 /// The phase whose change between `a` and `b` goes most in the direction of the wall-time
 /// difference, with its share of that difference. Phases come from the traced runs, so the
@@ -117,9 +119,9 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
         None => (a.us_per_iter, b.us_per_iter, "rows", "separate rows"),
     };
     // The phases come from the traced turns when there are some, else from the rows.
-    let (a, b) = match turns.and_then(|t| t.traced.as_ref()) {
-        Some((ta, tb)) => (ta, tb),
-        None => (a, b),
+    let (a, b, noise, noise_text) = match turns.and_then(|t| t.traced.as_ref()) {
+        Some((ta, tb)) => (ta, tb, NOISE_TURNS, "the noise of taking turns"),
+        None => (a, b, NOISE, "this machine's run-to-run noise"),
     };
     let value = a_us / b_us;
     let head = format!("{name}: {value:.2}× ({a_us:.0} vs {b_us:.0} µs per iteration, {how})");
@@ -136,9 +138,9 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
         share: 0.0,
         text: String::new(),
     };
-    if relative < NOISE {
+    if relative < noise {
         out.text = format!(
-            "{head}; the traced runs differ by {:.0}%, within this machine's run-to-run noise",
+            "{head}; the traced runs differ by {:.0}%, within {noise_text}",
             100.0 * relative
         );
         return out;
@@ -156,8 +158,14 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
     };
     let measured_sum: f64 = EXPLAINING.iter().map(|p| a.part(p) - b.part(p)).sum();
     if measured_sum / total < 0.5 {
+        let (cow_a, cow_b) = (a.phase("cow_faults"), b.phase("cow_faults"));
+        let cow = if cow_a != cow_b {
+            format!(", with {cow_a:.1} vs {cow_b:.1} copy-on-write faults,")
+        } else {
+            String::new()
+        };
         out.text.push_str(&format!(
-            "; {:.0}% of it is outside the measured phases (the child's own time in user space, scheduling, the parent's wait)",
+            "; {:.0}% of it is outside the measured phases (the child's own time in user space{cow} scheduling, the parent's wait)",
             100.0 * (1.0 - measured_sum / total)
         ));
     }

@@ -11,6 +11,7 @@
  *       iteration and write one to fd W after it. Two drivers started with crossed pipes
  *       then alternate iteration by iteration, so a machine whose speed drifts slows both
  *       alike and the ratio of their times stays steady.
+ *   One untimed warm-up iteration comes first (it takes its turn too).
  *   Prints "us_per_iter <float>", the mean of the iterations' times (CLOCK_MONOTONIC, from
  *   the spawn to the wait's return), and "us_per_iter_median <float>", their median. */
 #define _GNU_SOURCE
@@ -81,7 +82,10 @@ int main(int argc, char **argv) {
     if (!times) { perror("malloc"); return 1; }
     double total = 0;
     char token = 0;
-    for (long i = 0; i < iterations; i++) {
+    /* i == -1 is a warm-up, not timed: the first fork after the memory was touched also
+     * write-protects every page (later ones find them so), and the first exec of a binary
+     * may read it from disk. */
+    for (long i = -1; i < iterations; i++) {
         if (turn_r >= 0 && read(turn_r, &token, 1) != 1) {
             fprintf(stderr, "the other driver stopped taking turns\n");
             return 1;
@@ -100,8 +104,10 @@ int main(int argc, char **argv) {
         }
         int status;
         if (waitpid(pid, &status, 0) < 0) { perror("waitpid"); return 1; }
-        times[i] = now_us() - t0;
-        total += times[i];
+        if (i >= 0) {
+            times[i] = now_us() - t0;
+            total += times[i];
+        }
         if (turn_w >= 0 && write(turn_w, &token, 1) < 0 && i + 1 < iterations) {
             perror("passing the turn");
             return 1;

@@ -16,8 +16,9 @@ use crate::cli::BenchArgs;
 use crate::elf::LoaderCache;
 use crate::loader;
 use crate::model::Report;
-use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, Turns, ratios, sweep_biggest};
+use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, SWEEP_PREFIX, Turns, ratios};
 use crate::model::report::Context as ReportContext;
+use crate::model::report::ProcessRow;
 use crate::privilege::InvokingUser;
 use crate::session::{Options as SessionOptions, Session};
 
@@ -75,12 +76,12 @@ const fn spec(
     }
 }
 
-/// Rows of 50-200 µs iterations: more of them, so that a run lasts as long as the others
-/// and its median is as steady.
+/// Rows of 15-150 µs iterations: more of them, so that a run lasts about as long as the
+/// others and its median is as steady.
 const fn short(s: Spec) -> Spec {
     Spec {
-        iterations: 5000,
-        quick_iterations: 500,
+        iterations: 20000,
+        quick_iterations: 2000,
         ..s
     }
 }
@@ -297,20 +298,6 @@ impl Bench {
         cmd
     }
 
-    /// One run of the driver alone, as the invoking user: µs per iteration.
-    fn bare_run(&self, s: &Spec, argv: &[String]) -> Result<f64> {
-        let mut bare = self.command(s, &argv[0]);
-        bare.args(&argv[1..]);
-        if let Some(u) = self.user.clone() {
-            // SAFETY: the closure only makes raw syscalls between fork and exec.
-            unsafe { bare.pre_exec(move || u.become_user()) };
-        }
-        let out = bare
-            .output()
-            .with_context(|| format!("running {}", argv[0]))?;
-        driver_value(&driver_output(s.name, out)?, "us_per_iter")
-    }
-
     /// Rows `a` and `b` started as two drivers that will take turns iteration by iteration
     /// (FP_TURN over two crossed pipes). They wait for the first turn, which
     /// `TurnTaking::finish` gives.
@@ -374,17 +361,20 @@ impl Bench {
         Ok(Some(Turns {
             a_us: driver_value(&out_a, "us_per_iter_median")?,
             b_us: driver_value(&out_b, "us_per_iter_median")?,
+            samples: 1,
             traced: None,
         }))
     }
 
-    /// Rows `a` and `b` taking turns while traced, in this process: each side's traced wall
-    /// time and the phase means of the processes it spawned.
-    fn take_turns_traced(
+    /// Rows `a` and `b` taking turns during one tracing session in this process, with the
+    /// sides marked in `traced` in the traced set: each side's mean iteration time, and the
+    /// phase means of the processes it spawned (none for an untraced side).
+    fn take_turns_in_session(
         &self,
         specs: (&Spec, &Spec),
         iterations: u64,
-    ) -> Result<Option<(RowResult, RowResult)>> {
+        traced: [bool; 2],
+    ) -> Result<Option<[Side; 2]>> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -401,89 +391,84 @@ impl Bench {
             return Ok(None);
         };
         let pids = turns.children.each_ref().map(|c| c.id());
-        for pid in pids {
-            if let Err(e) = session.trace_pid(pid) {
-                drop(turns);
-                return Err(e);
-            }
+        for (pid, _) in pids.iter().zip(traced).filter(|(_, t)| *t) {
+            // On an error the drivers read end-of-file once `turns` is dropped, and stop.
+            session.trace_pid(*pid)?;
         }
         let done = tokio::task::spawn_blocking(move || turns.finish());
-        let [out_a, out_b] = runtime.block_on(session.run_until(done))???;
+        let outputs = runtime.block_on(session.run_until(done))???;
         session.drain()?;
         let loaders = LoaderCache::default();
         let is_static = |p: &[u8]| loaders.is_static(p);
         let report = Report::build(&session.trace, &ReportContext::for_run(&is_static));
         let rows = report.processes.unwrap_or_default();
-        let side = |s: &Spec, pid: u32, out: &[u8]| -> Result<RowResult> {
-            let spawned = rows.iter().filter(|p| p.parent_pid == Some(pid));
-            Ok(RowResult {
-                name: s.name.into(),
-                iterations,
-                us_per_iter_traced: driver_value(out, "us_per_iter")?,
-                phases_us: phase_means(spawned.map(|p| &p.phases), iterations),
-                rss_mib: s.rss_mib,
-                ..Default::default()
+        let side = |pid: u32, out: &[u8]| -> Result<Side> {
+            let mut spawned: Vec<&ProcessRow> =
+                rows.iter().filter(|p| p.parent_pid == Some(pid)).collect();
+            // The driver's first child is its untimed warm-up.
+            spawned.sort_by_key(|p| p.start_ns);
+            Ok(Side {
+                mean_us: driver_value(out, "us_per_iter")?,
+                phases_us: phase_means(spawned.iter().skip(1).map(|p| &p.phases)),
             })
         };
-        Ok(Some((
-            side(specs.0, pids[0], &out_a)?,
-            side(specs.1, pids[1], &out_b)?,
-        )))
+        Ok(Some([
+            side(pids[0], &outputs[0])?,
+            side(pids[1], &outputs[1])?,
+        ]))
     }
 
-    fn run_row(&self, s: &Spec, iterations: u64) -> Result<Option<RowResult>> {
-        let Some(argv) = self.argv(s, iterations) else {
+    /// Rows `a` and `b` taking turns, both traced: their traced wall times and phases, to
+    /// explain the ratio of their bare turns.
+    fn take_turns_traced(
+        &self,
+        (a, b): (&Spec, &Spec),
+        iterations: u64,
+    ) -> Result<Option<(RowResult, RowResult)>> {
+        let Some([side_a, side_b]) =
+            self.take_turns_in_session((a, b), iterations, [true, true])?
+        else {
             return Ok(None);
         };
-        // Bare: the driver alone, as the invoking user; the median of BARE_RUNS runs, because
-        // single runs vary by 10-15% on a noisy machine.
-        let mut runs = Vec::with_capacity(BARE_RUNS);
-        for _ in 0..BARE_RUNS {
-            runs.push(self.bare_run(s, &argv)?);
-        }
-        runs.sort_by(f64::total_cmp);
-        let bare_us = runs[runs.len() / 2];
-        // Traced: the same through `forkprof run`.
-        let report = self.work.dir.join("report.json");
-        let out = self
-            .command(s, std::env::current_exe()?)
-            .args(["run", "--json", "--report"])
-            .arg(&report)
-            .arg("--")
-            .args(&argv)
-            .output()?;
-        let traced_us = driver_value(
-            &driver_output(&format!("{} (traced)", s.name), out)?,
-            "us_per_iter",
-        )?;
-        let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report)?)?;
-        let spawned: Vec<BTreeMap<String, u64>> = json["processes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["method"] != "unknown") // not the driver itself
-            .map(|p| {
-                p["phases"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
-                    .collect()
-            })
-            .collect();
-        let phases_us = phase_means(spawned.iter(), iterations);
-        let cost = phases_us.get("spawn_cost").copied().unwrap_or(0.0);
+        let row = |s: &Spec, side: Side| RowResult {
+            name: s.name.into(),
+            iterations,
+            us_per_iter_traced: side.mean_us,
+            phases_us: side.phases_us,
+            rss_mib: s.rss_mib,
+            ..Default::default()
+        };
+        Ok(Some((row(a, side_a), row(b, side_b))))
+    }
+
+    /// One row: the workload traced and the same workload untraced, taking turns. The
+    /// untraced side gives the bare time, the traced side the phases, and the two together
+    /// forkprof's overhead, with the machine's drift cancelled.
+    fn run_row(&self, s: &Spec, iterations: u64) -> Result<Option<RowResult>> {
+        let Some([traced, bare]) = self.take_turns_in_session((s, s), iterations, [true, false])?
+        else {
+            return Ok(None);
+        };
+        let cost = traced.phases_us.get("spawn_cost").copied().unwrap_or(0.0);
         Ok(Some(RowResult {
             name: s.name.into(),
             iterations,
-            us_per_iter: bare_us,
-            us_per_iter_traced: traced_us,
-            spawn_cost_coverage: cost / traced_us,
-            tracing_overhead: traced_us / bare_us - 1.0,
-            phases_us,
+            us_per_iter: bare.mean_us,
+            us_per_iter_traced: traced.mean_us,
+            spawn_cost_coverage: cost / traced.mean_us,
+            tracing_overhead: traced.mean_us / bare.mean_us - 1.0,
+            phases_us: traced.phases_us,
             rss_mib: s.rss_mib,
         }))
     }
+}
+
+/// One driver's share of a turn-taking run.
+struct Side {
+    /// The mean of its iterations' times (µs).
+    mean_us: f64,
+    /// Per-iteration phase means of the processes it spawned, if it was traced.
+    phases_us: BTreeMap<String, f64>,
 }
 
 /// Two drivers started to take turns, waiting for the first one.
@@ -512,15 +497,17 @@ impl TurnTaking {
     }
 }
 
-/// Per-iteration means of the spawned processes' phases (µs; cow_faults stays a count).
-fn phase_means<'a, K: AsRef<str> + 'a>(
-    processes: impl Iterator<Item = &'a BTreeMap<K, u64>>,
-    iterations: u64,
+/// Means of the spawned processes' phases, one process per iteration (µs; cow_faults stays a
+/// count). A phase a process did not measure counts as 0.
+fn phase_means<'a>(
+    processes: impl Iterator<Item = &'a BTreeMap<&'static str, u64>>,
 ) -> BTreeMap<String, f64> {
     let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    let mut count = 0u64;
     for phases in processes {
+        count += 1;
         for (k, &v) in phases {
-            let k = k.as_ref();
+            let k: &str = k;
             let v = if k == "cow_faults" {
                 v as f64
             } else {
@@ -530,15 +517,15 @@ fn phase_means<'a, K: AsRef<str> + 'a>(
         }
     }
     sums.into_iter()
-        .map(|(k, v)| (k, v / iterations as f64))
+        .map(|(k, v)| (k, v / count.max(1) as f64))
         .collect()
 }
 
-/// Bare runs per row; the median is reported.
-const BARE_RUNS: usize = 3;
 /// The file descriptors on which a driver taking turns reads and passes the turn.
 const TURN_READ_FD: RawFd = 100;
 const TURN_WRITE_FD: RawFd = 101;
+/// Iterations of each side in one sample of the fork slope.
+const SLOPE_SAMPLE_ITERATIONS: u64 = 4;
 
 const COLUMNS: [&str; 11] = [
     "fork",
@@ -571,20 +558,41 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         ),
         None => eprintln!("forkprof bench: workloads not pinned"),
     }
+    let selected: Vec<(&Spec, u64)> = SPECS
+        .iter()
+        .filter(|s| args.rows.is_empty() || args.rows.iter().any(|r| s.name.contains(r.as_str())))
+        .map(|s| {
+            let iterations = match (args.iterations, args.quick) {
+                (Some(n), _) => n,
+                (None, true) => s.quick_iterations,
+                (None, false) => s.iterations,
+            };
+            (s, iterations)
+        })
+        .filter(|&(_, iterations)| iterations > 0)
+        .collect();
+    // The fork slope: the biggest parent of the sweep against the empty one, taking turns a
+    // few times after every row and every ratio, so that its samples are spread through the
+    // run. A drift of the machine's speed over a minute (1.5× here) then moves their median
+    // far less than it moves any one measurement.
+    let slope_pair = selected
+        .iter()
+        .filter(|(s, _)| s.name.starts_with(SWEEP_PREFIX) && s.rss_mib > 0)
+        .max_by_key(|(s, _)| s.rss_mib)
+        .zip(selected.iter().find(|(s, _)| s.name == SWEEP_BASELINE))
+        .map(|((big, _), (base, _))| (*big, *base));
+    let mut slope_samples: Vec<Turns> = Vec::new();
+    let mut sample_slope = |bench: &Bench| -> Result<()> {
+        if let Some(pair) = slope_pair
+            && let Some(t) = bench.take_turns(pair, SLOPE_SAMPLE_ITERATIONS)?
+        {
+            slope_samples.push(t);
+        }
+        Ok(())
+    };
     let mut results = Vec::new();
     let mut skipped = Vec::new();
-    for s in SPECS {
-        if !args.rows.is_empty() && !args.rows.iter().any(|r| s.name.contains(r.as_str())) {
-            continue;
-        }
-        let iterations = match (args.iterations, args.quick) {
-            (Some(n), _) => n,
-            (None, true) => s.quick_iterations,
-            (None, false) => s.iterations,
-        };
-        if iterations == 0 {
-            continue;
-        }
+    for &(s, iterations) in &selected {
         eprint!("forkprof bench: {:<28} ", s.name);
         let _ = std::io::stderr().flush();
         match bench.run_row(s, iterations)? {
@@ -597,34 +605,45 @@ pub fn run(args: BenchArgs) -> Result<i32> {
                 skipped.push(s.name);
             }
         }
+        sample_slope(&bench)?;
     }
     let spec = |n: &str| SPECS.iter().find(|s| s.name == n);
     let ran = |n: &str| results.iter().find(|r| r.name == n).map(|r| r.iterations);
-    let mut pairs: Vec<(&str, &Spec, &Spec, u64)> = Vec::new();
-    for (name, a, b) in RATIOS {
-        if let (Some(sa), Some(sb), Some(ia), Some(ib)) = (spec(a), spec(b), ran(a), ran(b)) {
-            pairs.push((name, sa, sb, ia.min(ib)));
-        }
-    }
-    // The slope: the biggest parent against the empty one, as many times as the biggest ran.
-    if let (Some(big), Some(base)) = (sweep_biggest(&results), spec(SWEEP_BASELINE))
-        && ran(SWEEP_BASELINE).is_some()
-        && let Some(sa) = spec(&big.name)
-    {
-        pairs.push((SLOPE, sa, base, big.iterations));
-    }
     let mut turns = BTreeMap::new();
-    for (name, a, b, iterations) in pairs {
+    for (name, a, b) in RATIOS {
+        let (Some(sa), Some(sb), Some(ia), Some(ib)) = (spec(a), spec(b), ran(a), ran(b)) else {
+            continue;
+        };
+        let iterations = ia.min(ib);
         eprint!("forkprof bench: {name:<34} ");
         let _ = std::io::stderr().flush();
-        if let Some(mut t) = bench.take_turns((a, b), iterations)? {
+        if let Some(mut t) = bench.take_turns((sa, sb), iterations)? {
             eprintln!(
                 "{:.1} vs {:.1} µs, taking turns {iterations} times",
                 t.a_us, t.b_us
             );
-            t.traced = bench.take_turns_traced((a, b), iterations)?;
+            t.traced = bench.take_turns_traced((sa, sb), iterations)?;
             turns.insert(name.to_string(), t);
         }
+        sample_slope(&bench)?;
+    }
+    if !slope_samples.is_empty() {
+        let median = |f: fn(&Turns) -> f64| {
+            let mut v: Vec<f64> = slope_samples.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let t = Turns {
+            a_us: median(|t| t.a_us),
+            b_us: median(|t| t.b_us),
+            samples: slope_samples.len(),
+            traced: None,
+        };
+        eprintln!(
+            "forkprof bench: {SLOPE:<34} {:.1} vs {:.1} µs, medians of {} samples",
+            t.a_us, t.b_us, t.samples
+        );
+        turns.insert(SLOPE.to_string(), t);
     }
     let ratios = ratios(&results, &turns);
     if args.json {

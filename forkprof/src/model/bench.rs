@@ -23,7 +23,8 @@ pub const EXPLAINING: [&str; 7] = [
 pub struct RowResult {
     pub name: String,
     pub iterations: u64,
-    /// Wall time per iteration without tracing (µs).
+    /// Wall time per iteration without tracing (µs): the mean of the untraced copy, which
+    /// took turns with the traced one.
     pub us_per_iter: f64,
     /// Wall time per iteration while traced (µs).
     pub us_per_iter_traced: f64,
@@ -86,6 +87,8 @@ pub struct Ratio {
 pub struct Turns {
     pub a_us: f64,
     pub b_us: f64,
+    /// Turn-taking runs whose medians a_us and b_us are (the fork slope takes several).
+    pub samples: usize,
     /// The same two drivers taking turns while traced: each side's phase means and traced
     /// wall time, so that the phases that explain the ratio are measured side by side too.
     pub traced: Option<(RowResult, RowResult)>,
@@ -159,7 +162,7 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
     let measured_sum: f64 = EXPLAINING.iter().map(|p| a.part(p) - b.part(p)).sum();
     if measured_sum / total < 0.5 {
         let (cow_a, cow_b) = (a.phase("cow_faults"), b.phase("cow_faults"));
-        let cow = if cow_a != cow_b {
+        let cow = if (cow_a - cow_b).abs() >= 0.5 {
             format!(", with {cow_a:.1} vs {cow_b:.1} copy-on-write faults,")
         } else {
             String::new()
@@ -268,8 +271,15 @@ fn slope(rows: &[RowResult], turns: Option<&Turns>) -> Option<Ratio> {
             t.b_us,
             "turns",
             format!(
-                "the {} MiB parent against an empty one, taking turns: {:.0} vs {:.0} µs",
-                biggest.rss_mib, t.a_us, t.b_us
+                "the {} MiB parent against an empty one, taking turns{}: {:.0} vs {:.0} µs",
+                biggest.rss_mib,
+                if t.samples > 1 {
+                    format!(" in {} samples spread through the run", t.samples)
+                } else {
+                    String::new()
+                },
+                t.a_us,
+                t.b_us
             ),
         ),
         None => {
@@ -412,6 +422,7 @@ mod tests {
             Turns {
                 a_us: 30150.0,
                 b_us: 150.0,
+                samples: 9,
                 traced: None,
             },
         )]);
@@ -450,6 +461,7 @@ mod tests {
         let traced = Turns {
             a_us: 950.0,
             b_us: 800.0,
+            samples: 1,
             traced: Some((dynamic.clone(), stat.clone())),
         };
         let fast_static = row("fork+exec static", 300.0, &[("static_start", 100.0)]);
@@ -471,6 +483,7 @@ mod tests {
             Turns {
                 a_us: 40.0,
                 b_us: 100.0,
+                samples: 1,
                 traced: None,
             },
         )]);

@@ -352,15 +352,36 @@ impl Bench {
         }
     }
 
-    /// Rows `a` and `b` taking turns, bare: the medians of their iterations' times.
-    fn take_turns(&self, specs: (&Spec, &Spec), iterations: u64) -> Result<Option<Turns>> {
-        let Some(turns) = self.start_turns(specs, iterations)? else {
-            return Ok(None);
-        };
-        let [out_a, out_b] = turns.finish()?;
+    /// Rows `a` and `b` taking turns, bare, in `chunks` runs of fresh drivers with the order
+    /// swapped every other run: the means over the runs of each side's median iteration
+    /// time. Fresh drivers average out what a single pair of processes is stuck with (where
+    /// their memory is, which of the two goes first), which moves a ratio by up to 10% here.
+    fn take_turns(
+        &self,
+        (a, b): (&Spec, &Spec),
+        iterations: u64,
+        chunks: u64,
+    ) -> Result<Option<Turns>> {
+        let per_chunk = iterations.div_ceil(chunks).max(1);
+        let (mut a_us, mut b_us) = (0.0, 0.0);
+        for chunk in 0..chunks {
+            let swap = chunk % 2 == 1;
+            let pair = if swap { (b, a) } else { (a, b) };
+            let Some(turns) = self.start_turns(pair, per_chunk)? else {
+                return Ok(None);
+            };
+            let [first, second] = turns.finish()?;
+            let (out_a, out_b) = if swap {
+                (second, first)
+            } else {
+                (first, second)
+            };
+            a_us += driver_value(&out_a, "us_per_iter_median")? / chunks as f64;
+            b_us += driver_value(&out_b, "us_per_iter_median")? / chunks as f64;
+        }
         Ok(Some(Turns {
-            a_us: driver_value(&out_a, "us_per_iter_median")?,
-            b_us: driver_value(&out_b, "us_per_iter_median")?,
+            a_us,
+            b_us,
             samples: 1,
             traced: None,
         }))
@@ -546,6 +567,8 @@ fn phase_means<'a>(
 /// The file descriptors on which a driver taking turns reads and passes the turn.
 const TURN_READ_FD: RawFd = 100;
 const TURN_WRITE_FD: RawFd = 101;
+/// Runs of fresh drivers for each ratio (see `Bench::take_turns`).
+const RATIO_CHUNKS: u64 = 4;
 /// Runs of a row whose parent has a big address space (see `Bench::run_row`).
 const RSS_CHUNKS: u64 = 6;
 /// Iterations of each side in one sample of the fork slope.
@@ -608,7 +631,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     let mut slope_samples: Vec<Turns> = Vec::new();
     let mut sample_slope = |bench: &Bench| -> Result<()> {
         if let Some(pair) = slope_pair
-            && let Some(t) = bench.take_turns(pair, SLOPE_SAMPLE_ITERATIONS)?
+            && let Some(t) = bench.take_turns(pair, SLOPE_SAMPLE_ITERATIONS, 1)?
         {
             slope_samples.push(t);
         }
@@ -641,9 +664,9 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         let iterations = ia.min(ib);
         eprint!("forkprof bench: {name:<34} ");
         let _ = std::io::stderr().flush();
-        if let Some(mut t) = bench.take_turns((sa, sb), iterations)? {
+        if let Some(mut t) = bench.take_turns((sa, sb), iterations, RATIO_CHUNKS)? {
             eprintln!(
-                "{:.1} vs {:.1} µs, taking turns {iterations} times",
+                "{:.1} vs {:.1} µs, taking turns {iterations} times in {RATIO_CHUNKS} runs",
                 t.a_us, t.b_us
             );
             t.traced = bench.take_turns_traced((sa, sb), iterations)?;

@@ -221,9 +221,7 @@ impl Workdir {
         let p = self.dir.join(name);
         p.exists().then_some(p)
     }
-}
 
-impl Workdir {
     /// If `forkprof bench` is stopped by SIGINT, SIGTERM or SIGHUP, removes the directory
     /// (no destructor runs then) and exits 128 + the signal's number, as a shell would.
     fn remove_on_signal(&self) -> Result<()> {

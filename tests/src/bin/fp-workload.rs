@@ -1,8 +1,12 @@
 //! Workloads with known ground truth for forkprof's end-to-end tests. Each subcommand does
 //! exactly what it says and prints its own measurements as one JSON line on stdout.
 //!
-//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | vfork | posix_spawn | thread; children
-//!                                  _exit(0) at once, or exec PROGRAM (posix_spawn needs one).
+//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | vfork | posix_spawn |
+//!                                  posix_spawn-raw | thread; children _exit(0) at once, or
+//!                                  exec PROGRAM (posix_spawn and posix_spawn-raw need one).
+//!                                  posix_spawn-raw: the clone(CLONE_VM|CLONE_VFORK) at the
+//!                                  heart of glibc's posix_spawn, without the wrapper's mmap
+//!                                  and munmap of the child's stack and its signal masks.
 //!                                  With FP_RSS_MIB=N the parent first touches N MiB.
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
 //!   exit CODE                      exit with CODE
@@ -126,6 +130,61 @@ fn fork_raw(count: u32) -> Vec<u64> {
     times
 }
 
+/// What the child of `posix_spawn_raw` execs.
+struct SpawnArgs {
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+}
+
+extern "C" fn spawn_child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the parent's `SpawnArgs`, alive while the parent waits in clone
+    // (CLONE_VFORK); the child only execs or exits.
+    unsafe {
+        let a = &*(arg as *const SpawnArgs);
+        libc::execve(a.path, a.argv, a.envp);
+        libc::_exit(127)
+    }
+}
+
+/// `count` × clone(CLONE_VM | CLONE_VFORK | SIGCHLD) + exec, on a stack allocated once: the
+/// parent's time per clone call (ns), which spans the child's exec as vfork does.
+fn posix_spawn_raw(
+    count: u32,
+    path: &std::ffi::CString,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> Vec<u64> {
+    let mut stack = vec![0u8; 64 * 1024];
+    // SAFETY: one past the end of `stack`, 16-byte aligned below it.
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) } as usize & !15;
+    let mut args = SpawnArgs {
+        path: path.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+    };
+    let mut times = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let t0 = Instant::now();
+        // SAFETY: the child runs `spawn_child` on `stack`, which outlives it; CLONE_VFORK
+        // keeps the parent suspended until the child has exec'd or exited.
+        let pid = unsafe {
+            libc::clone(
+                spawn_child,
+                top as *mut libc::c_void,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                &mut args as *mut SpawnArgs as *mut libc::c_void,
+            )
+        };
+        times.push(t0.elapsed().as_nanos() as u64);
+        if pid < 0 {
+            die("clone failed");
+        }
+        wait_child(pid);
+    }
+    times
+}
+
 /// Spawns `count` children with `method`; returns the parent's own time per spawn call (ns).
 fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     let prog = program.map(cstring);
@@ -136,6 +195,12 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     if method == "fork-raw" {
         return fork_raw(count);
+    }
+    if method == "posix_spawn-raw" {
+        let p = prog
+            .as_ref()
+            .unwrap_or_else(|| die("posix_spawn-raw needs a PROGRAM"));
+        return posix_spawn_raw(count, p, &argv, &envp);
     }
     let mut times = Vec::with_capacity(count as usize);
     for _ in 0..count {

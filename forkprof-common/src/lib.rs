@@ -54,7 +54,20 @@ pub mod active {
     pub const LD: u32 = 2;
     pub const EXITS: u32 = 3;
     pub const COW: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Fork children that have not yet returned from the fork (see `child_state`).
+    pub const CHILDREN: u32 = 5;
+    pub const COUNT: u32 = 6;
+}
+
+/// Where a fork child is in `child_run`: its first return from the fork-family syscall ->
+/// its first exec attempt, or its exit if it never execs.
+pub mod child_state {
+    /// Not a fork child, or its `child_run` is over.
+    pub const NONE: u32 = 0;
+    /// Created; it has not yet returned from the fork.
+    pub const AWAITING: u32 = 1;
+    /// Returned from the fork at `ProcState::child_t0`.
+    pub const RUNNING: u32 = 2;
 }
 
 /// Dynamic-linker window states, as seen through the linker's syscalls.
@@ -161,6 +174,9 @@ pub struct ExecRecord {
     pub atime_ns: u64,
     /// Copy-on-write faults since the fork, in this process and its parent (success only).
     pub cow_faults: u64,
+    /// The first exec attempt of a fork child: its first return from the fork -> this
+    /// attempt's entry (`child_run`); else 0.
+    pub child_run_ns: u64,
     pub path: [u8; PATH_LEN],
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
@@ -199,6 +215,9 @@ pub struct ExitRecord {
     /// Copy-on-write faults since the fork, if the process never exec'd.
     pub cow_faults: u64,
     pub exit_ns: u64,
+    /// A fork child that never exec'd: its first return from the fork -> its exit
+    /// (`child_run`); else 0.
+    pub child_run_ns: u64,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -227,6 +246,13 @@ pub struct ProcState {
     pub atime_count: u32,
     pub atime_start: u64,
     pub atime_ns: u64,
+    /// `child_state::*`.
+    pub child_state: u32,
+    pub _child_pad: u32,
+    /// When this fork child first returned from the fork.
+    pub child_t0: u64,
+    /// `child_run` closed at an exec attempt's entry, for that attempt's record.
+    pub child_run_ns: u64,
 }
 
 /// A parent thread inside a fork-family syscall (map `FORKS`, keyed by tid).
@@ -269,7 +295,7 @@ const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
 const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 4 + 16);
 const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
-        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + COMM_LEN);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);

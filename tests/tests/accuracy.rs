@@ -79,6 +79,47 @@ fn fork_latency_matches_the_parents_own_timing() {
     }
 }
 
+/// `child_run`: a fork child that spins 2 ms (on the vDSO clock) before it exits has a
+/// child_run of 2 ms plus its return from fork; a vfork child that execs at once, a few µs.
+#[test]
+fn child_run_is_the_childs_own_time_before_exec_or_exit() {
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork-spin", "50"], |_| {});
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let children = processes_with_method(&run, "fork");
+    assert_eq!(children.len(), 50);
+    let spin = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "child_run").expect("child_run measured"))
+            .collect::<Vec<_>>(),
+    );
+    let run = run_traced(
+        &[w.to_str().unwrap(), "spawn", "vfork", "50", "/bin/true"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let children = processes_with_method(&run, "vfork");
+    assert_eq!(children.len(), 50);
+    let vfork = mean(
+        &children
+            .iter()
+            .map(|p| phase(p, "child_run").expect("child_run measured"))
+            .collect::<Vec<_>>(),
+    );
+    eprintln!(
+        "child_run: fork child spinning 2 ms {:.1} us; vfork child that execs at once {:.1} us",
+        spin / 1e3,
+        vfork / 1e3
+    );
+    assert!(spin >= 2e6, "child_run {spin} ns < the 2 ms the child spun");
+    assert_close("fork-spin child_run", spin, 2e6, 0.10, 100_000.0);
+    assert!(
+        vfork > 0.0 && vfork < 100_000.0,
+        "vfork child_run {vfork} ns"
+    );
+}
+
 /// libc's fork() as the parent sees it: the syscall, glibc's wrapper (atfork handlers,
 /// locks) and the copy-on-write fault of the parent's first stack write after it.
 /// forkprof's `fork` is the syscall alone, so it must be below that, and the difference is

@@ -225,7 +225,8 @@ fn test(filter: &[String]) -> Result<()> {
     let (passed, failed) = run_tests(
         cargo()
             .args(["test", "--workspace", "--exclude", "forkprof-ebpf"])
-            .args(["--lib", "--bins", "--tests", "--"])
+            // Every test binary runs even after one fails, so one run shows every failure.
+            .args(["--no-fail-fast", "--lib", "--bins", "--tests", "--"])
             .args(["--test-threads", "1"])
             .args(filter),
     )?;

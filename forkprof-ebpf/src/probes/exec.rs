@@ -6,7 +6,7 @@ use aya_ebpf::{
 };
 use forkprof_common::{ARG_SLOTS, RecordHeader, active, kind, ld_state, nr, stat};
 
-use super::mm::close_cow_window;
+use super::{fork::close_child_run, mm::close_cow_window};
 use crate::maps::{self, EVENTS, EXEC_SCRATCH, EXECS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS`.
@@ -41,6 +41,7 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
     rec.atime_count = 0;
     rec.atime_ns = 0;
     rec.cow_faults = 0;
+    rec.child_run_ns = 0;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
     let _ = unsafe { bpf_probe_read_user_str_bytes(path, &mut rec.path) };
@@ -77,7 +78,11 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
         return;
     }
     // SAFETY: map value of a traced process.
-    unsafe { (*ps).in_exec = 1 };
+    let ps = unsafe { &mut *ps };
+    ps.in_exec = 1;
+    if ps.child_state != forkprof_common::child_state::NONE {
+        ps.child_run_ns = close_child_run(ps);
+    }
     maps::active_add(active::EXECS, 1);
 }
 
@@ -135,6 +140,8 @@ pub fn on_exit(ret: i64) {
         };
         rec.atime_count = ps.atime_count;
         rec.atime_ns = ps.atime_ns;
+        rec.child_run_ns = ps.child_run_ns;
+        ps.child_run_ns = 0;
         ps.atime_count = 0;
         ps.atime_ns = 0;
         ps.in_exec = 0;

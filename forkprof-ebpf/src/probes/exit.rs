@@ -4,7 +4,7 @@
 use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
 use forkprof_common::{ExitRecord, RecordHeader, active, kind, ld_outcome, stat};
 
-use super::{dynlink, mm::close_cow_window};
+use super::{dynlink, fork::close_child_run, mm::close_cow_window};
 use crate::maps::{self, EVENTS, EXITING, PROCS};
 
 const SIGCHLD: i64 = 17;
@@ -35,6 +35,7 @@ pub fn on_exit(ctx: &RawTracePointContext) {
         exit_teardown_ns: 0,
         cow_faults: close_cow_window(ps),
         exit_ns: now,
+        child_run_ns: close_child_run(ps),
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     if EXITING.insert(tgid, rec, 0).is_err() {

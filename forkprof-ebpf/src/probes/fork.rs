@@ -3,7 +3,8 @@
 //! before the child can run).
 use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
 use forkprof_common::{
-    ForkState, ProcKey, ProcState, RecordHeader, SpawnRecord, active, clone_flags, kind, stat,
+    ForkState, ProcKey, ProcState, RecordHeader, SpawnRecord, active, child_state, clone_flags,
+    kind, stat,
 };
 
 use crate::maps::{self, EVENTS, FORKS, PROCS};
@@ -66,12 +67,14 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         parent_tgid: tgid,
         in_cow_window: u32::from(!shares_vm),
         cow_parent_base,
+        child_state: child_state::AWAITING,
         ..Default::default()
     };
     if PROCS.insert(child_tgid, child, 0).is_err() {
         maps::count_lost(stat::STATE_MAP_FULL);
         return;
     }
+    maps::active_add(active::CHILDREN, 1);
     if !shares_vm {
         maps::active_add(active::COW, 1);
     }
@@ -137,4 +140,41 @@ pub fn on_exit(ret: i64) {
         parent_comm: bpf_get_current_comm().unwrap_or([0; 16]),
     });
     entry.submit(maps::submit_flags());
+}
+
+/// A fork-family syscall returned 0: a new task's first return to user space. For the main
+/// thread of a traced fork child, `child_run` starts.
+pub fn on_child_return() {
+    if maps::active(active::CHILDREN) == 0 {
+        return;
+    }
+    let (tgid, tid) = maps::current_ids();
+    if tid != tgid {
+        return;
+    }
+    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+        return;
+    };
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *ps };
+    if ps.child_state == child_state::AWAITING {
+        ps.child_state = child_state::RUNNING;
+        ps.child_t0 = maps::now();
+        maps::active_add(active::CHILDREN, -1);
+    }
+}
+
+/// Ends `child_run` (at the first exec attempt, or at exit): its duration, or 0 when it was
+/// not running.
+pub fn close_child_run(ps: &mut ProcState) -> u64 {
+    let ns = match ps.child_state {
+        child_state::RUNNING => maps::now() - ps.child_t0,
+        child_state::AWAITING => {
+            maps::active_add(active::CHILDREN, -1);
+            0
+        }
+        _ => 0,
+    };
+    ps.child_state = child_state::NONE;
+    ns
 }

@@ -23,13 +23,18 @@ pub fn on_enter(ctx: &RawTracePointContext) {
 
 #[inline(always)]
 pub fn on_exit(ctx: &RawTracePointContext) {
-    if maps::active(active::FORKS) == 0 && maps::active(active::EXECS) == 0 {
+    if maps::active(active::FORKS) == 0
+        && maps::active(active::EXECS) == 0
+        && maps::active(active::CHILDREN) == 0
+    {
         return;
     }
     let regs_ptr: *const u8 = ctx.arg(0);
     let id = maps::read_kernel_u64(regs_ptr, regs::ORIG_AX) as i64;
     let ret: i64 = ctx.arg(1);
     match id {
+        // 0: the new task's first return; the parent gets the child's pid or an error.
+        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if ret == 0 => fork::on_child_return(),
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_exit(ret),
         nr::EXECVE | nr::EXECVEAT => exec::on_exit(ret),
         _ => {}

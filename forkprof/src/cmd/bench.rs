@@ -572,10 +572,11 @@ const RSS_CHUNKS: u64 = 6;
 /// Iterations of each side in one sample of the fork slope.
 const SLOPE_SAMPLE_ITERATIONS: u64 = 4;
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "fork",
     "pagetable_copy",
     "vfork_wait",
+    "child_run",
     "exec_prepare",
     "exec_load",
     "static_start",

@@ -4,13 +4,15 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-/// Phases that can explain a difference between two rows: they do not overlap in time.
-/// (`vfork_wait` spans the child's exec or exit, and `pagetable_copy` is part of `fork`.)
+/// Phases that can explain a difference between two rows: they do not overlap in time when
+/// the workloads run on one CPU. (`vfork_wait` spans the child's run and its exec or exit,
+/// and `pagetable_copy` is part of `fork`.)
 /// `ld_start` and `static_start` are one stage, the C library's start-up before anything is
 /// loaded (CPU feature probes, tunables), in a dynamic and in a static binary: a
 /// dynamic/static ratio compares them with each other.
-pub const EXPLAINING: [&str; 7] = [
+pub const EXPLAINING: [&str; 8] = [
     "fork",
+    "child_run",
     "exec",
     "exec_failed",
     "ld_start",
@@ -148,27 +150,29 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
         );
         return out;
     }
+    // The child's run after fork includes its copy-on-write faults: say how many.
+    let (cow_a, cow_b) = (a.phase("cow_faults"), b.phase("cow_faults"));
+    let cow = match explained {
+        Some(("child_run", _)) if (cow_a - cow_b).abs() >= 0.5 => {
+            format!(" (with {cow_a:.1} vs {cow_b:.1} copy-on-write faults)")
+        }
+        _ => String::new(),
+    };
     out.text = match explained {
         Some((phase, share)) if share > 1.2 => format!(
             "{head}; {phase} changed by {:.0} µs, more than the whole difference (other parts moved the other way)",
             share * total
         ),
         Some((phase, share)) => format!(
-            "{head}; {phase} explains {:.0}% of the difference",
+            "{head}; {phase}{cow} explains {:.0}% of the difference",
             100.0 * share
         ),
         None => head,
     };
     let measured_sum: f64 = EXPLAINING.iter().map(|p| a.part(p) - b.part(p)).sum();
     if measured_sum / total < 0.5 {
-        let (cow_a, cow_b) = (a.phase("cow_faults"), b.phase("cow_faults"));
-        let cow = if (cow_a - cow_b).abs() >= 0.5 {
-            format!(", with {cow_a:.1} vs {cow_b:.1} copy-on-write faults,")
-        } else {
-            String::new()
-        };
         out.text.push_str(&format!(
-            "; {:.0}% of it is outside the measured phases (the child's own time in user space{cow} scheduling, the parent's wait)",
+            "; {:.0}% of it is outside the measured phases (switches between parent and child, the parent's wait)",
             100.0 * (1.0 - measured_sum / total)
         ));
     }

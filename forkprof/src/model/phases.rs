@@ -11,6 +11,7 @@ pub enum Phase {
     Fork,
     PagetableCopy,
     VforkWait,
+    ChildRun,
     Exec,
     ExecPrepare,
     ExecLoad,
@@ -25,10 +26,11 @@ pub enum Phase {
     SpawnCost,
 }
 
-pub const PHASES: [Phase; 15] = [
+pub const PHASES: [Phase; 16] = [
     Phase::Fork,
     Phase::PagetableCopy,
     Phase::VforkWait,
+    Phase::ChildRun,
     Phase::Exec,
     Phase::ExecPrepare,
     Phase::ExecLoad,
@@ -49,6 +51,7 @@ impl Phase {
             Self::Fork => "fork",
             Self::PagetableCopy => "pagetable_copy",
             Self::VforkWait => "vfork_wait",
+            Self::ChildRun => "child_run",
             Self::Exec => "exec",
             Self::ExecPrepare => "exec_prepare",
             Self::ExecLoad => "exec_load",
@@ -116,6 +119,17 @@ impl Phases {
             }
         }
         let mut cow = p.spawn.as_ref().map(|_| 0u64);
+        // 0 is "not measured" (a process that was not a fork child while traced).
+        let child_run = p
+            .execs
+            .iter()
+            .map(|e| e.child_run_ns)
+            .chain(p.exit.iter().map(|x| x.child_run_ns))
+            .filter(|&ns| ns > 0)
+            .fold(None, |acc: Option<u64>, ns| {
+                Some(acc.unwrap_or(0).saturating_add(ns))
+            });
+        ph.set(Phase::ChildRun, child_run);
         for e in &p.execs {
             if e.errno == 0 {
                 ph.add(Phase::Exec, e.exec_ns);

@@ -53,6 +53,7 @@ pub fn exec(proc: ProcKey, ts: u64, path: &[u8], errno: i32, cow: u64) -> Record
         argc: 2,
         atime_ns: 5_000,
         cow_faults: cow,
+        child_run_ns: 0,
         path: [0; PATH_LEN],
         args: [[0; ARG_LEN]; ARG_SLOTS],
     };
@@ -82,6 +83,7 @@ pub fn exit(proc: ProcKey, code: u32) -> Record {
         exit_teardown_ns: 20_000,
         cow_faults: 0,
         exit_ns: 0,
+        child_run_ns: 0,
         comm: [0; COMM_LEN],
     })
 }

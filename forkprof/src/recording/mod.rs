@@ -8,7 +8,7 @@ pub use reader::{Recording, RecordingError};
 pub use writer::Writer;
 
 /// Bumped on any incompatible change; a reader refuses newer versions and reads older ones.
-/// 2: `lds.static_start_ns`.
+/// 2: `lds.static_start_ns`, `execs.child_run_ns`, `exits.child_run_ns`.
 pub const SCHEMA_VERSION: u32 = 2;
 
 pub const SCHEMA: &str = include_str!("schema.sql");

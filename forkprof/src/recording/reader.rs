@@ -176,10 +176,19 @@ impl Recording {
                 parent_comm,
             }));
         }
-        let mut s = self.conn.prepare(
+        // Schema 1 had no static_start_ns and no child_run_ns: those read as not measured (0).
+        let v2 = |column: &'static str| {
+            if self.schema_version() >= 2 {
+                column
+            } else {
+                "0"
+            }
+        };
+        let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
-                    exec_load_ns, atime_count, atime_ns, cow_faults FROM execs",
-        )?;
+                    exec_load_ns, atime_count, atime_ns, cow_faults, {} FROM execs",
+            v2("child_run_ns")
+        ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
             let mut rec = ExecRecord {
@@ -194,6 +203,7 @@ impl Recording {
                 argc: r.get(6)?,
                 atime_ns: r.get::<_, i64>(12)? as u64,
                 cow_faults: r.get::<_, i64>(13)? as u64,
+                child_run_ns: r.get::<_, i64>(14)? as u64,
                 path: [0; PATH_LEN],
                 args: [[0; ARG_LEN]; ARG_SLOTS],
             };
@@ -205,15 +215,10 @@ impl Recording {
             }
             trace.ingest(Record::Exec(Box::new(rec)));
         }
-        // Schema 1 had no static_start_ns: those static start-ups read as not measured (0).
-        let static_start = if self.schema_version() >= 2 {
-            "static_start_ns"
-        } else {
-            "0"
-        };
         let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns, ld_map_ns,
-                    ld_reloc_init_ns, atime_count, atime_ns, {static_start} FROM lds"
+                    ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
+            v2("static_start_ns")
         ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
@@ -230,10 +235,11 @@ impl Recording {
                 static_start_ns: r.get::<_, i64>(11)? as u64,
             }));
         }
-        let mut s = self.conn.prepare(
+        let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns, cow_faults,
-                    exit_ns, comm FROM exits",
-        )?;
+                    exit_ns, comm, {} FROM exits",
+            v2("child_run_ns")
+        ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
             let mut comm = [0u8; COMM_LEN];
@@ -245,6 +251,7 @@ impl Recording {
                 exit_teardown_ns: r.get::<_, i64>(5)? as u64,
                 cow_faults: r.get::<_, i64>(6)? as u64,
                 exit_ns: r.get::<_, i64>(7)? as u64,
+                child_run_ns: r.get::<_, i64>(9)? as u64,
                 comm,
             }));
         }

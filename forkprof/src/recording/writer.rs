@@ -89,7 +89,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     .join(&0u8)
             });
             tx.prepare_cached(
-                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
+                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
             )?
             .execute(params![
                 r.hdr.proc.pid,
@@ -106,6 +106,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 r.atime_count,
                 r.atime_ns as i64,
                 r.cow_faults as i64,
+                r.child_run_ns as i64,
             ])?;
         }
         Record::Ld(r) => {
@@ -126,7 +127,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 ])?;
         }
         Record::Exit(r) => {
-            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)")?
+            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)")?
                 .execute(params![
                     r.hdr.proc.pid,
                     r.hdr.proc.start_ns as i64,
@@ -137,6 +138,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     r.cow_faults as i64,
                     r.exit_ns as i64,
                     text_or_blob(c_bytes(&r.comm)),
+                    r.child_run_ns as i64,
                 ])?;
         }
     }

@@ -1,8 +1,9 @@
 //! Workloads with known ground truth for forkprof's end-to-end tests. Each subcommand does
 //! exactly what it says and prints its own measurements as one JSON line on stdout.
 //!
-//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | vfork | posix_spawn |
-//!                                  posix_spawn-raw | thread; children _exit(0) at once, or
+//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | fork-spin | vfork |
+//!                                  posix_spawn | posix_spawn-raw | thread; children _exit(0)
+//!                                  at once (fork-spin: after spinning `SPIN`), or
 //!                                  exec PROGRAM (posix_spawn and posix_spawn-raw need one).
 //!                                  posix_spawn-raw: the clone(CLONE_VM|CLONE_VFORK) at the
 //!                                  heart of glibc's posix_spawn, without the wrapper's mmap
@@ -185,6 +186,9 @@ fn posix_spawn_raw(
     times
 }
 
+/// How long a `fork-spin` child spins before it exits.
+const SPIN: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Spawns `count` children with `method`; returns the parent's own time per spawn call (ns).
 fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     let prog = program.map(cstring);
@@ -207,7 +211,7 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
         let t0 = Instant::now();
         let pid = match method {
             // SAFETY: the child only calls async-signal-safe execve/_exit.
-            "fork" => unsafe { libc::fork() },
+            "fork" | "fork-spin" => unsafe { libc::fork() },
             // SAFETY: see `vfork_exec`.
             "vfork" => unsafe {
                 vfork_exec(
@@ -247,6 +251,11 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
             other => die(&format!("unknown method {other}")),
         };
         if pid == 0 {
+            if method == "fork-spin" {
+                // The child's own work before it exits: reads of the vDSO clock, no syscalls.
+                let t = Instant::now();
+                while t.elapsed() < SPIN {}
+            }
             // SAFETY: in the child: exec or exit at once.
             unsafe {
                 if let Some(p) = &prog {

@@ -86,12 +86,15 @@ fn group_table(
     Ok(())
 }
 
-/// Phases shown per binary: the parts of spawn_cost, the page-table copy and COW faults.
-const BREAKDOWN: [Phase; 9] = [
+/// Phases shown per binary: the parts of spawn_cost, the page-table copy, the child's run
+/// after fork and its COW faults.
+const BREAKDOWN: [Phase; 11] = [
     Phase::Fork,
     Phase::PagetableCopy,
+    Phase::ChildRun,
     Phase::Exec,
     Phase::ExecFailed,
+    Phase::StaticStart,
     Phase::LdStart,
     Phase::LdMap,
     Phase::LdRelocInit,

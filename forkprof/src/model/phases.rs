@@ -120,16 +120,10 @@ impl Phases {
         }
         let mut cow = p.spawn.as_ref().map(|_| 0u64);
         // 0 is "not measured" (a process that was not a fork child while traced).
-        let child_run = p
-            .execs
-            .iter()
-            .map(|e| e.child_run_ns)
-            .chain(p.exit.iter().map(|x| x.child_run_ns))
-            .filter(|&ns| ns > 0)
-            .fold(None, |acc: Option<u64>, ns| {
-                Some(acc.unwrap_or(0).saturating_add(ns))
-            });
-        ph.set(Phase::ChildRun, child_run);
+        ph.set(
+            Phase::ChildRun,
+            (p.child_run_ns > 0).then_some(p.child_run_ns),
+        );
         for e in &p.execs {
             if e.errno == 0 {
                 ph.add(Phase::Exec, e.exec_ns);

@@ -45,7 +45,6 @@ pub struct ExecAttempt {
     pub atime_count: u32,
     pub atime_ns: u64,
     pub cow_faults: u64,
-    pub child_run_ns: u64,
 }
 
 impl ExecAttempt {
@@ -68,7 +67,38 @@ impl ExecAttempt {
             atime_count: r.atime_count,
             atime_ns: r.atime_ns,
             cow_faults: r.cow_faults,
-            child_run_ns: r.child_run_ns,
+        }
+    }
+}
+
+/// What the model keeps of a dynamic-linker record (the record less its header).
+#[derive(Clone, Copy, Debug)]
+pub struct Ld {
+    /// When the window closed.
+    pub ts_ns: u64,
+    /// `ld_outcome::*`.
+    pub outcome: u32,
+    pub openat_count: u32,
+    pub ld_start_ns: u64,
+    pub ld_map_ns: u64,
+    pub ld_reloc_init_ns: u64,
+    pub static_start_ns: u64,
+    pub atime_count: u32,
+    pub atime_ns: u64,
+}
+
+impl From<&LdRecord> for Ld {
+    fn from(r: &LdRecord) -> Self {
+        Self {
+            ts_ns: r.hdr.ts_ns,
+            outcome: r.outcome,
+            openat_count: r.openat_count,
+            ld_start_ns: r.ld_start_ns,
+            ld_map_ns: r.ld_map_ns,
+            ld_reloc_init_ns: r.ld_reloc_init_ns,
+            static_start_ns: r.static_start_ns,
+            atime_count: r.atime_count,
+            atime_ns: r.atime_ns,
         }
     }
 }
@@ -96,7 +126,6 @@ pub struct Exit {
     pub exit_ns: u64,
     pub exit_teardown_ns: u64,
     pub cow_faults: u64,
-    pub child_run_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -109,8 +138,10 @@ pub struct Process {
     pub method: Method,
     pub spawn: Option<Spawn>,
     pub execs: Vec<ExecAttempt>,
-    pub lds: Vec<LdRecord>,
+    pub lds: Vec<Ld>,
     pub exit: Option<Exit>,
+    /// `child_run` (ns), from the exec or exit record that closed it; 0: not measured.
+    pub child_run_ns: u64,
 }
 
 impl Process {
@@ -124,6 +155,7 @@ impl Process {
             execs: Vec::new(),
             lds: Vec::new(),
             exit: None,
+            child_run_ns: 0,
         }
     }
 
@@ -322,21 +354,24 @@ impl Trace {
                 {
                     log.push((r.hdr.proc.pid, attempt.path.to_vec()));
                 }
-                push_one(&mut self.process(r.hdr.proc).execs, attempt);
+                let p = self.process(r.hdr.proc);
+                p.child_run_ns = p.child_run_ns.saturating_add(r.child_run_ns);
+                push_one(&mut p.execs, attempt);
             }
-            Record::Ld(r) => push_one(&mut self.process(r.hdr.proc).lds, r),
+            Record::Ld(r) => push_one(&mut self.process(r.hdr.proc).lds, Ld::from(&r)),
             Record::Exit(r) => {
                 if r.notified == 0 {
                     self.exits_without_notify += 1;
                 }
-                self.process(r.hdr.proc).exit = Some(Exit {
+                let p = self.process(r.hdr.proc);
+                p.child_run_ns = p.child_run_ns.saturating_add(r.child_run_ns);
+                p.exit = Some(Exit {
                     exit_code: r.exit_code,
                     notified: r.notified != 0,
                     comm: r.comm,
                     exit_ns: r.exit_ns,
                     exit_teardown_ns: r.exit_teardown_ns,
                     cow_faults: r.cow_faults,
-                    child_run_ns: r.child_run_ns,
                 });
             }
         }

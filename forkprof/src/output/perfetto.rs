@@ -150,7 +150,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             if ld.outcome != ld_outcome::COMPLETE {
                 continue;
             }
-            let reloc = ld.hdr.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
+            let reloc = ld.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
             let map = reloc.saturating_sub(ld.ld_map_ns);
             let start = map.saturating_sub(ld.ld_start_ns);
             t.slice(id, "ld_start", start, ld.ld_start_ns, json!({}))?;

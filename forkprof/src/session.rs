@@ -15,6 +15,9 @@ use crate::model::{Report, Trace, live::Live};
 use crate::privilege::InvokingUser;
 use crate::recording::Writer;
 
+/// What a session traces and where it records. The default: the processes added to it (and
+/// their descendants), nothing recorded.
+#[derive(Default)]
 pub struct Options {
     pub trace_all: bool,
     pub precise_ld: bool,
@@ -123,11 +126,7 @@ impl Session {
     pub fn start_live() -> Result<Self> {
         let mut session = Self::start(Options {
             trace_all: true,
-            precise_ld: false,
-            output: None,
-            keep_args: false,
-            owner: None,
-            meta: Vec::new(),
+            ..Default::default()
         })?;
         session.live = Some(Live::default());
         Ok(session)

@@ -107,6 +107,16 @@ pub fn run_traced_with(flags: &[&str], cmd: &[&str], configure: impl FnOnce(&mut
     Run { output, report }
 }
 
+/// Runs gcc with `args` in `dir` (the fixtures are C; `cargo xtask setup` installs gcc).
+pub fn gcc(dir: &std::path::Path, args: &[&str]) {
+    let st = Command::new("gcc")
+        .current_dir(dir)
+        .args(args)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc {args:?}");
+}
+
 /// A fresh private directory under /tmp.
 pub fn tempdir() -> PathBuf {
     use std::sync::atomic::{AtomicU32, Ordering};

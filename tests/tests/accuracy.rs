@@ -208,14 +208,7 @@ impl Fixtures {
     fn build() -> Self {
         let dir = tempdir();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
-        let gcc = |args: &[&str]| {
-            let st = Command::new("gcc")
-                .current_dir(&dir)
-                .args(args)
-                .status()
-                .expect("gcc");
-            assert!(st.success(), "gcc {args:?}");
-        };
+        let gcc = |args: &[&str]| forkprof_tests::gcc(&dir, args);
         let main_c = src.join("main_time.c");
         let main_c = main_c.to_str().unwrap();
         gcc(&[

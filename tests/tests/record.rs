@@ -378,13 +378,16 @@ fn a_schema_1_recording_still_reads() {
     let bin = dir.join("static_true");
     let src = dir.join("static_true.c");
     std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let st = Command::new("gcc")
-        .args(["-O2", "-static", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc -static");
+    forkprof_tests::gcc(
+        &dir,
+        &[
+            "-O2",
+            "-static",
+            "-o",
+            bin.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
+    );
     let v2 = dir.join("v2.db");
     let run = run_traced_with(
         &["-o", v2.to_str().unwrap()],

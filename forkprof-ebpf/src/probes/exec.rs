@@ -80,9 +80,8 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     ps.in_exec = 1;
-    if ps.child_state != forkprof_common::child_state::NONE {
-        ps.child_run_ns = close_child_run(ps);
-    }
+    // Only a fork child's first attempt gets a child_run; later ones get 0.
+    ps.child_run_ns = close_child_run(ps);
     maps::active_add(active::EXECS, 1);
 }
 

@@ -398,14 +398,7 @@ impl Bench {
             .enable_all()
             .build()?;
         let _in_runtime = runtime.enter();
-        let mut session = Session::start(SessionOptions {
-            trace_all: false,
-            precise_ld: false,
-            output: None,
-            keep_args: false,
-            owner: None,
-            meta: Vec::new(),
-        })?;
+        let mut session = Session::start(SessionOptions::default())?;
         let Some(turns) = self.start_turns(specs, iterations)? else {
             return Ok(None);
         };

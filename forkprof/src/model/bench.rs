@@ -240,7 +240,7 @@ pub const SWEEP_PREFIX: &str = "fork rss ";
 pub const SWEEP_BASELINE: &str = "fork rss 0 MiB";
 
 /// The biggest parent of the RSS sweep among the rows that ran (not the baseline).
-pub fn sweep_biggest(rows: &[RowResult]) -> Option<&RowResult> {
+fn sweep_biggest(rows: &[RowResult]) -> Option<&RowResult> {
     rows.iter()
         .filter(|r| r.name.starts_with(SWEEP_PREFIX) && r.rss_mib > 0)
         .max_by_key(|r| r.rss_mib)

@@ -16,6 +16,7 @@ pub mod kind {
 
 /// Syscall numbers (x86_64) that the programs care about.
 pub mod nr {
+    pub const MPROTECT: i64 = 10;
     pub const MUNMAP: i64 = 11;
     pub const ACCESS: i64 = 21;
     pub const CLONE: i64 = 56;
@@ -23,6 +24,7 @@ pub mod nr {
     pub const VFORK: i64 = 58;
     pub const EXECVE: i64 = 59;
     pub const ARCH_PRCTL: i64 = 158;
+    pub const EXIT_GROUP: i64 = 231;
     pub const OPENAT: i64 = 257;
     pub const EXECVEAT: i64 = 322;
     pub const CLONE3: i64 = 435;
@@ -80,6 +82,9 @@ pub mod ld_state {
     pub const MAP: u32 = 2;
     /// TLS set up; relocating; waiting for the `munmap` of ld.so.cache.
     pub const RELOC: u32 = 3;
+    /// No ld.so: `arch_prctl(ARCH_SET_FS)` came first. A static glibc binary's start-up goes
+    /// on until its RELRO `mprotect(PROT_READ)`, its last syscall before `main`.
+    pub const STATIC: u32 = 4;
 }
 
 /// How an `LdRecord` ended (`LdRecord::outcome`).
@@ -87,7 +92,8 @@ pub mod ld_outcome {
     /// All three brackets seen: `ld_start`, `ld_map`, `ld_reloc_init` are valid.
     pub const COMPLETE: u32 = 1;
     /// `arch_prctl(ARCH_SET_FS)` came before any glibc ld.so syscall: no glibc dynamic linker.
-    /// `static_start_ns` is valid.
+    /// `static_start_ns` is valid: exec done -> the RELRO `mprotect(PROT_READ)` of static
+    /// glibc, or -> `arch_prctl(ARCH_SET_FS)` when no such mprotect follows.
     pub const NO_GLIBC_LD: u32 = 2;
     /// The window was given up (too many syscalls, or an unexpected order).
     pub const INCOMPLETE: u32 = 3;
@@ -174,6 +180,9 @@ pub struct ExecRecord {
     pub atime_ns: u64,
     /// Copy-on-write faults since the fork, in this process and its parent (success only).
     pub cow_faults: u64,
+    /// Time in those faults' write-protect handling (`do_wp_page`), where the kernel lets
+    /// forkprof hook it (fentry or kprobe); else 0.
+    pub cow_fault_ns: u64,
     /// The first exec attempt of a fork child: its first return from the fork -> this
     /// attempt's entry (`child_run`); else 0.
     pub child_run_ns: u64,
@@ -195,9 +204,9 @@ pub struct LdRecord {
     pub atime_count: u32,
     pub syscalls: u32,
     pub atime_ns: u64,
-    /// `NO_GLIBC_LD` only: exec done -> that first `arch_prctl(ARCH_SET_FS)`. For a binary
-    /// with no ELF interpreter this is its libc's own start-up (`static_start`: CPU feature
-    /// probes, tunables, IRELATIVE relocations, TLS); 0 otherwise.
+    /// `NO_GLIBC_LD` only: exec done -> the end of a static libc's start-up (see
+    /// `ld_outcome::NO_GLIBC_LD`). For a binary with no ELF interpreter this is `static_start`
+    /// (CPU feature probes, tunables, IRELATIVE relocations, TLS, RELRO); 0 otherwise.
     pub static_start_ns: u64,
 }
 
@@ -210,10 +219,14 @@ pub struct ExitRecord {
     pub exit_code: u32,
     /// 1 when the parent notification was seen and `exit_teardown_ns` is valid.
     pub notified: u32,
-    /// sched_process_exit -> parent notified (exit_mm, files, exit_notify).
+    /// Start of the teardown -> parent notified (exit_mm, files, exit_notify). The start is
+    /// sched_process_exit where it fires before exit_mm (6.16+), else the exit_group entry.
     pub exit_teardown_ns: u64,
     /// Copy-on-write faults since the fork, if the process never exec'd.
     pub cow_faults: u64,
+    /// Time in those faults (see `ExecRecord::cow_fault_ns`).
+    pub cow_fault_ns: u64,
+    /// Start of the teardown.
     pub exit_ns: u64,
     /// A fork child that never exec'd: its first return from the fork -> its exit
     /// (`child_run`); else 0.
@@ -253,6 +266,16 @@ pub struct ProcState {
     pub child_t0: u64,
     /// `child_run` closed at an exec attempt's entry, for that attempt's record.
     pub child_run_ns: u64,
+    /// exit_group entry of this process (kernels whose sched_process_exit follows exit_mm).
+    pub exit_start_ns: u64,
+    /// Entry of the write-protect fault in progress (`do_wp_page`), 0 when none.
+    pub wp_start: u64,
+    /// Own time in write-protect faults inside the copy-on-write window.
+    pub cow_fault_ns: u64,
+    /// `cow_ns_as_parent` of the parent at fork time.
+    pub cow_ns_parent_base: u64,
+    /// Fault time while this process had fork children inside their windows.
+    pub cow_ns_as_parent: u64,
 }
 
 /// A parent thread inside a fork-family syscall (map `FORKS`, keyed by tid).
@@ -269,14 +292,22 @@ pub struct ForkState {
     pub pt_ns: u64,
 }
 
-/// Offsets into `struct task_struct`, read from the running kernel's BTF by the agent.
+/// What the programs need to know about the running kernel, read from its BTF by the agent
+/// and passed in as the global `KERNEL_LAYOUT`: struct field offsets (aya-ebpf has no CO-RE).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-pub struct TaskOffsets {
-    pub pid: u32,
-    pub tgid: u32,
-    pub exit_code: u32,
-    pub _pad: u32,
+pub struct KernelLayout {
+    /// `task_struct.pid`, `.tgid`, `.exit_code`, `.signal`.
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_exit_code: u32,
+    pub task_signal: u32,
+    /// `signal_struct.live`: the live threads; 0 once the last one is in do_exit. Used
+    /// where sched_process_exit has no `group_dead` argument.
+    pub signal_live: u32,
+    /// 1: sched_process_exit fires after exit_mm (it has no `group_dead` argument, before
+    /// 6.16), so the teardown is timed from the exit_group syscall's entry instead.
+    pub exit_at_syscall: u32,
 }
 
 #[cfg(feature = "user")]
@@ -287,7 +318,7 @@ mod pod {
     unsafe impl aya::Pod for ProcKey {}
     unsafe impl aya::Pod for ProcState {}
     unsafe impl aya::Pod for ForkState {}
-    unsafe impl aya::Pod for TaskOffsets {}
+    unsafe impl aya::Pod for KernelLayout {}
 }
 
 const _: () = assert!(core::mem::size_of::<ProcKey>() == 16);
@@ -295,7 +326,7 @@ const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
 const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 4 + 16);
 const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
-        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);

@@ -10,8 +10,8 @@ mod maps;
 mod probes;
 
 use aya_ebpf::{
-    macros::{fentry, kprobe, raw_tracepoint, uprobe},
-    programs::{FEntryContext, ProbeContext, RawTracePointContext},
+    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
+    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
 };
 
 #[raw_tracepoint(tracepoint = "sys_enter")]
@@ -32,15 +32,82 @@ pub fn forkprof_task_newtask(ctx: RawTracePointContext) -> i32 {
     0
 }
 
+// The mmap_lock tracepoints had a `memcg_path` argument before `write` until 6.14: one
+// program per layout; the agent attaches the one that matches this kernel's BTF prototype.
+
+/// mmap_lock_acquire_returned(mm, write, success)
 #[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
 pub fn forkprof_mmap_lock_acquired(ctx: RawTracePointContext) -> i32 {
-    probes::mm::on_lock_acquired(&ctx);
+    probes::mm::on_lock_acquired(&ctx, 1, 2);
     0
 }
 
+/// mmap_lock_acquire_returned(mm, memcg_path, write, success)
+#[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
+pub fn forkprof_mmap_lock_acquired_memcg(ctx: RawTracePointContext) -> i32 {
+    probes::mm::on_lock_acquired(&ctx, 2, 3);
+    0
+}
+
+/// mmap_lock_released(mm, write)
 #[raw_tracepoint(tracepoint = "mmap_lock_released")]
 pub fn forkprof_mmap_lock_released(ctx: RawTracePointContext) -> i32 {
-    probes::mm::on_lock_released(&ctx);
+    probes::mm::on_lock_released(&ctx, 1);
+    0
+}
+
+/// mmap_lock_released(mm, memcg_path, write)
+#[raw_tracepoint(tracepoint = "mmap_lock_released")]
+pub fn forkprof_mmap_lock_released_memcg(ctx: RawTracePointContext) -> i32 {
+    probes::mm::on_lock_released(&ctx, 2);
+    0
+}
+
+#[fentry(function = "dup_mmap")]
+pub fn forkprof_dup_mmap_fentry(_ctx: FEntryContext) -> i32 {
+    probes::mm::on_dup_mmap_entry();
+    0
+}
+
+#[fexit(function = "dup_mmap")]
+pub fn forkprof_dup_mmap_fexit(_ctx: FExitContext) -> i32 {
+    probes::mm::on_dup_mmap_return();
+    0
+}
+
+#[kprobe]
+pub fn forkprof_dup_mmap_kprobe(_ctx: ProbeContext) -> u32 {
+    probes::mm::on_dup_mmap_entry();
+    0
+}
+
+#[kretprobe]
+pub fn forkprof_dup_mmap_kretprobe(_ctx: RetProbeContext) -> u32 {
+    probes::mm::on_dup_mmap_return();
+    0
+}
+
+#[fentry(function = "do_wp_page")]
+pub fn forkprof_wp_fault_fentry(_ctx: FEntryContext) -> i32 {
+    probes::mm::on_wp_fault_entry();
+    0
+}
+
+#[fexit(function = "do_wp_page")]
+pub fn forkprof_wp_fault_fexit(_ctx: FExitContext) -> i32 {
+    probes::mm::on_wp_fault_return();
+    0
+}
+
+#[kprobe]
+pub fn forkprof_wp_fault_kprobe(_ctx: ProbeContext) -> u32 {
+    probes::mm::on_wp_fault_entry();
+    0
+}
+
+#[kretprobe]
+pub fn forkprof_wp_fault_kretprobe(_ctx: RetProbeContext) -> u32 {
+    probes::mm::on_wp_fault_return();
     0
 }
 
@@ -52,6 +119,19 @@ pub fn forkprof_page_fault_user(ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_prepare_exec")]
 pub fn forkprof_sched_prepare_exec(_ctx: RawTracePointContext) -> i32 {
+    probes::exec::on_prepare_exec();
+    0
+}
+
+// Before 6.10 there is no sched_prepare_exec: the entry of begin_new_exec is the same point.
+#[fentry(function = "begin_new_exec")]
+pub fn forkprof_begin_new_exec_fentry(_ctx: FEntryContext) -> i32 {
+    probes::exec::on_prepare_exec();
+    0
+}
+
+#[kprobe]
+pub fn forkprof_begin_new_exec_kprobe(_ctx: ProbeContext) -> u32 {
     probes::exec::on_prepare_exec();
     0
 }
@@ -74,9 +154,17 @@ pub fn forkprof_dirty_inode(_ctx: RawTracePointContext) -> i32 {
     0
 }
 
+/// sched_process_exit(task, group_dead): 6.16+, before exit_mm.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
-    probes::exit::on_exit(&ctx);
+    probes::exit::on_exit_group_dead(&ctx);
+    0
+}
+
+/// sched_process_exit(task): older kernels, after exit_mm.
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn forkprof_sched_process_exit_task(ctx: RawTracePointContext) -> i32 {
+    probes::exit::on_exit_task_only(&ctx);
     0
 }
 
@@ -104,18 +192,8 @@ pub fn forkprof_libc_start_main(_ctx: ProbeContext) -> u32 {
     0
 }
 
-// Capability probes for `forkprof doctor`: empty programs that tell whether this kernel lets
-// forkprof load and attach kprobes, fentry and uprobes. No phase depends on them.
-
-#[kprobe]
-pub fn forkprof_probe_kprobe(_ctx: ProbeContext) -> u32 {
-    0
-}
-
-#[fentry(function = "dup_mmap")]
-pub fn forkprof_probe_fentry(_ctx: FEntryContext) -> i32 {
-    0
-}
+// A capability probe for `forkprof doctor`: an empty uprobe that tells whether this kernel
+// lets forkprof attach the uprobes of `--precise-ld`.
 
 #[uprobe]
 pub fn forkprof_probe_uprobe(_ctx: ProbeContext) -> u32 {

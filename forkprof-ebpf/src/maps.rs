@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use forkprof_common::{
-    ExecRecord, ExitRecord, ForkState, ProcKey, ProcState, TaskOffsets, active, stat,
+    ExecRecord, ExitRecord, ForkState, KernelLayout, ProcKey, ProcState, active, stat,
 };
 
 /// Records to the agent, one per lifecycle milestone.
@@ -51,13 +51,15 @@ static TRACE_ALL: u32 = 0;
 #[unsafe(no_mangle)]
 static PRECISE_LD: u32 = 0;
 
-/// task_struct offsets for the running kernel, from its BTF.
+/// Field offsets and hook choices for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
-static TASK_OFFSETS: TaskOffsets = TaskOffsets {
-    pid: 0,
-    tgid: 0,
-    exit_code: 0,
-    _pad: 0,
+static KERNEL_LAYOUT: KernelLayout = KernelLayout {
+    task_pid: 0,
+    task_tgid: 0,
+    task_exit_code: 0,
+    task_signal: 0,
+    signal_live: 0,
+    exit_at_syscall: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -92,9 +94,9 @@ pub fn precise_ld() -> bool {
 }
 
 #[inline(always)]
-pub fn offsets() -> TaskOffsets {
+pub fn layout() -> KernelLayout {
     // SAFETY: as in `trace_all`.
-    unsafe { core::ptr::read_volatile(&TASK_OFFSETS) }
+    unsafe { core::ptr::read_volatile(&KERNEL_LAYOUT) }
 }
 
 #[inline(always)]
@@ -162,6 +164,12 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
 pub fn read_kernel_u32(base: *const u8, offset: u32) -> u32 {
     // SAFETY: bpf_probe_read_kernel validates the address; errors read as 0.
     unsafe { bpf_probe_read_kernel(base.add(offset as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// Reads a pointer-sized field at a byte offset of a kernel struct.
+#[inline(always)]
+pub fn read_kernel_ptr(base: *const u8, offset: u32) -> *const u8 {
+    read_kernel_u64(base, offset as usize) as *const u8
 }
 
 /// Reads a u64 at a byte offset of a kernel struct (pt_regs fields).

@@ -1,15 +1,56 @@
-//! Reads struct member offsets from the running kernel's BTF (/sys/kernel/btf/vmlinux).
+//! Reads what the programs need from the running kernel's BTF (/sys/kernel/btf/vmlinux):
+//! struct member offsets, and the prototype of each raw tracepoint.
 //!
-//! aya-ebpf emits no CO-RE relocations, so the few `task_struct` fields the programs read
-//! (pid, tgid, exit_code) are located here at start-up and passed in as a global. aya-obj's
-//! BTF parser keeps its type lookups private, so this is a minimal reader of the BTF format
-//! (Documentation/bpf/btf.rst): the header, the string section, and struct members.
+//! aya-ebpf emits no CO-RE relocations, so the few struct fields the programs read are located
+//! here at start-up and passed in as a global. A raw tracepoint's arguments are its kernel's
+//! `TP_PROTO`, which changes between versions; the `btf_trace_<name>` typedef gives it, so the
+//! loader attaches the program variant written for this kernel's layout and never reads a
+//! guessed slot. aya-obj's BTF parser keeps its type lookups private, so this is a minimal
+//! reader of the BTF format (Documentation/bpf/btf.rst).
+use std::collections::BTreeMap;
+use std::fmt;
+
 use anyhow::{Context as _, Result, bail};
-use forkprof_common::TaskOffsets;
+use forkprof_common::KernelLayout;
 
 const BTF_MAGIC: u16 = 0xeb9f;
+const KIND_INT: u32 = 1;
+const KIND_PTR: u32 = 2;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_ENUM64: u32 = 19;
+/// BTF_INT_BOOL in an INT's encoding bits.
+const INT_BOOL: u32 = 4;
+
+/// The kind of one tracepoint argument, as far as a program reading it cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Param {
+    Ptr,
+    Bool,
+    /// An integer or enum of this many bytes.
+    Int(u32),
+    Other,
+}
+
+impl fmt::Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ptr => f.write_str("ptr"),
+            Self::Bool => f.write_str("bool"),
+            Self::Int(n) => write!(f, "int{}", n * 8),
+            Self::Other => f.write_str("?"),
+        }
+    }
+}
+
+/// A tracepoint prototype as text: `(ptr, bool)`.
+pub fn show_params(params: &[Param]) -> String {
+    let inner: Vec<String> = params.iter().map(Param::to_string).collect();
+    format!("({})", inner.join(", "))
+}
 
 struct Btf<'a> {
     types: Vec<(u32, u32, u32, &'a [u8])>, // (name_off, info, size_or_type, trailing data)
@@ -75,10 +116,66 @@ impl<'a> Btf<'a> {
         std::str::from_utf8(&rest[..end]).unwrap_or("")
     }
 
-    fn struct_id(&self, name: &str) -> Option<usize> {
+    fn kind(&self, id: usize) -> u32 {
+        self.types
+            .get(id)
+            .map_or(0, |&(_, info, _, _)| (info >> 24) & 0x1f)
+    }
+
+    fn id_of(&self, kind: u32, name: &str) -> Option<usize> {
         self.types.iter().position(|&(name_off, info, _, _)| {
-            (info >> 24) & 0x1f == KIND_STRUCT && self.name(name_off) == name
+            (info >> 24) & 0x1f == kind && self.name(name_off) == name
         })
+    }
+
+    fn struct_id(&self, name: &str) -> Option<usize> {
+        self.id_of(KIND_STRUCT, name)
+    }
+
+    fn param(&self, id: usize) -> Param {
+        let id = self.resolve(id);
+        let Some(&(_, info, size, trailing)) = self.types.get(id) else {
+            return Param::Other;
+        };
+        match (info >> 24) & 0x1f {
+            KIND_PTR => Param::Ptr,
+            KIND_INT => {
+                let encoding = trailing.get(0..4).map_or(0, |b| {
+                    u32::from_le_bytes(b.try_into().expect("4 bytes")) >> 24
+                });
+                if encoding & INT_BOOL != 0 {
+                    Param::Bool
+                } else {
+                    Param::Int(size)
+                }
+            }
+            KIND_ENUM | KIND_ENUM64 => Param::Int(size),
+            _ => Param::Other,
+        }
+    }
+
+    /// The arguments of raw tracepoint `name` (its `btf_trace_<name>` typedef: a pointer to a
+    /// function prototype whose first parameter, the context, is left out here).
+    fn tracepoint_params(&self, name: &str) -> Option<Vec<Param>> {
+        let typedef = self.id_of(KIND_TYPEDEF, &format!("btf_trace_{name}"))?;
+        let ptr = self.types.get(typedef)?.2 as usize;
+        if self.kind(ptr) != KIND_PTR {
+            return None;
+        }
+        let proto = self.resolve(self.types.get(ptr)?.2 as usize);
+        if self.kind(proto) != KIND_FUNC_PROTO {
+            return None;
+        }
+        let trailing = self.types.get(proto)?.3;
+        Some(
+            trailing
+                .chunks_exact(8)
+                .skip(1)
+                .map(|p| {
+                    self.param(u32::from_le_bytes(p[4..8].try_into().expect("4 bytes")) as usize)
+                })
+                .collect(),
+        )
     }
 
     /// Byte offset of `member` in struct/union `id`, descending into anonymous members.
@@ -127,8 +224,25 @@ impl<'a> Btf<'a> {
 
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
-/// Offsets of the `task_struct` fields the kernel programs read.
-pub fn task_offsets(data: &[u8]) -> Result<TaskOffsets> {
+/// What the loader learns from the kernel's BTF.
+#[derive(Clone, Debug, Default)]
+pub struct KernelInfo {
+    pub layout: KernelLayout,
+    /// Why `signal_struct.live` could not be located (needed only where sched_process_exit
+    /// has no `group_dead` argument), if it could not.
+    pub signal_live_missing: Option<String>,
+    /// Prototypes of the raw tracepoints asked for; absent: not in this kernel's BTF.
+    pub tracepoints: BTreeMap<&'static str, Vec<Param>>,
+}
+
+impl KernelInfo {
+    pub fn params(&self, tracepoint: &str) -> Option<&[Param]> {
+        self.tracepoints.get(tracepoint).map(Vec::as_slice)
+    }
+}
+
+/// Reads the offsets the programs need and the prototypes of `tracepoints`.
+pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> {
     let btf = Btf::parse(data)?;
     let task = btf
         .struct_id("task_struct")
@@ -137,28 +251,57 @@ pub fn task_offsets(data: &[u8]) -> Result<TaskOffsets> {
         btf.member_offset(task, name)
             .with_context(|| format!("task_struct.{name} not found in BTF"))
     };
-    Ok(TaskOffsets {
-        pid: field("pid")?,
-        tgid: field("tgid")?,
-        exit_code: field("exit_code")?,
-        _pad: 0,
-    })
+    let mut info = KernelInfo {
+        layout: KernelLayout {
+            task_pid: field("pid")?,
+            task_tgid: field("tgid")?,
+            task_exit_code: field("exit_code")?,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let live = btf
+        .struct_id("signal_struct")
+        .and_then(|s| btf.member_offset(s, "live"));
+    match (field("signal"), live) {
+        (Ok(signal), Some(live)) => {
+            info.layout.task_signal = signal;
+            info.layout.signal_live = live;
+        }
+        (Err(e), _) => info.signal_live_missing = Some(format!("{e:#}")),
+        (_, None) => {
+            info.signal_live_missing = Some("signal_struct.live not found in BTF".into());
+        }
+    }
+    for &tp in tracepoints {
+        if let Some(params) = btf.tracepoint_params(tp) {
+            info.tracepoints.insert(tp, params);
+        }
+    }
+    // sched_process_exit gained `group_dead` (and moved before exit_mm) in 6.16.
+    let exit_has_group_dead = info
+        .params("sched_process_exit")
+        .is_some_and(|p| p.get(1) == Some(&Param::Bool));
+    info.layout.exit_at_syscall = u32::from(!exit_has_group_dead);
+    Ok(info)
 }
 
-pub fn kernel_task_offsets() -> Result<TaskOffsets> {
-    let data = std::fs::read(VMLINUX_BTF).with_context(|| {
+pub fn read_kernel_btf() -> Result<Vec<u8>> {
+    std::fs::read(VMLINUX_BTF).with_context(|| {
         format!("cannot read {VMLINUX_BTF}: this kernel needs CONFIG_DEBUG_INFO_BTF")
-    })?;
-    task_offsets(&data)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; }; }`.
-    fn sample() -> Vec<u8> {
-        let strings = b"\0int\0task_struct\0pid\0tgid\0exit_code\0";
+    /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
+    /// struct signal_struct *signal; }`, `struct signal_struct { int x; int live; }`, and
+    /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
+    fn sample(group_dead: bool) -> Vec<u8> {
+        let strings =
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -170,12 +313,45 @@ mod tests {
             }
         };
         // 1: int
-        push(&[s("int"), 1 << 24, 4, 32]);
+        push(&[s("int"), 1 << 24, 4, (1 << 24) | 32]);
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 3, 16]);
-        push(&[s("pid"), 1, 0, s("tgid"), 1, 32, 0, 2, 96]);
+        push(&[s("task_struct"), (4 << 24) | 4, 24]);
+        push(&[
+            s("pid"),
+            1,
+            0,
+            s("tgid"),
+            1,
+            32,
+            0,
+            2,
+            96,
+            s("signal"),
+            5,
+            128,
+        ]);
+        // 4: struct signal_struct { int x; int live; }
+        push(&[s("signal_struct"), (4 << 24) | 2, 8]);
+        push(&[s("x"), 1, 0, s("live"), 1, 32]);
+        // 5: struct signal_struct *
+        push(&[0, 2 << 24, 4]);
+        // 6: struct task_struct *
+        push(&[0, 2 << 24, 3]);
+        // 7: bool
+        push(&[s("bool"), 1 << 24, 1, (4 << 24) | 8]);
+        // 8: void *
+        push(&[0, 2 << 24, 0]);
+        // 9: FUNC_PROTO (void *, struct task_struct *[, bool])
+        if group_dead {
+            push(&[0, (13 << 24) | 3, 0, 0, 8, 0, 6, 0, 7]);
+        } else {
+            push(&[0, (13 << 24) | 2, 0, 0, 8, 0, 6]);
+        }
+        // 10: pointer to it; 11: the typedef
+        push(&[0, 2 << 24, 9]);
+        push(&[s("btf_trace_sched_process_exit"), 8 << 24, 10]);
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         out.extend_from_slice(&[1, 0]);
@@ -195,15 +371,33 @@ mod tests {
 
     #[test]
     fn finds_direct_and_anonymous_members() {
-        let off = task_offsets(&sample()).unwrap();
-        assert_eq!((off.pid, off.tgid, off.exit_code), (0, 4, 12));
+        let info = inspect(&sample(true), &[]).unwrap();
+        let l = info.layout;
+        assert_eq!((l.task_pid, l.task_tgid, l.task_exit_code), (0, 4, 12));
+        assert_eq!((l.task_signal, l.signal_live), (16, 4));
+        assert!(info.signal_live_missing.is_none());
+    }
+
+    #[test]
+    fn reads_tracepoint_prototypes() {
+        let new = inspect(&sample(true), &["sched_process_exit", "nosuch"]).unwrap();
+        assert_eq!(
+            new.params("sched_process_exit"),
+            Some(&[Param::Ptr, Param::Bool][..])
+        );
+        assert_eq!(new.params("nosuch"), None);
+        assert_eq!(new.layout.exit_at_syscall, 0);
+        let old = inspect(&sample(false), &["sched_process_exit"]).unwrap();
+        assert_eq!(old.params("sched_process_exit"), Some(&[Param::Ptr][..]));
+        assert_eq!(old.layout.exit_at_syscall, 1);
+        assert_eq!(show_params(&[Param::Ptr, Param::Int(8)]), "(ptr, int64)");
     }
 
     #[test]
     fn rejects_garbage_without_panicking() {
-        assert!(task_offsets(b"nope").is_err());
-        let mut truncated = sample();
+        assert!(inspect(b"nope", &[]).is_err());
+        let mut truncated = sample(true);
         truncated.truncate(30);
-        assert!(task_offsets(&truncated).is_err());
+        assert!(inspect(&truncated, &[]).is_err());
     }
 }

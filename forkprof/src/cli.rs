@@ -35,7 +35,14 @@ pub enum Command {
     /// Run the classic fork/vfork/posix_spawn and static/dynamic experiments and explain them.
     Bench(BenchArgs),
     /// Show which kernel hooks load here, and why any are missing.
-    Doctor,
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// Print one JSON object (kernel, hooks, phase sources) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,12 +1,12 @@
-//! What this kernel lets forkprof load, beyond the raw tracepoints every phase uses: kprobes,
-//! fentry and uprobes (tried with empty probe programs), and glibc's SDT (USDT) rtld notes.
-//! `forkprof doctor` prints the result; no default phase depends on any of these.
+//! What this kernel lets forkprof do beyond its hooks: uprobes (for `--precise-ld`, tried with
+//! an empty probe program), glibc's SDT (USDT) rtld notes, and why kprobes or fentry may be
+//! refused (kernel configuration, lockdown). `forkprof doctor` prints the result.
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use aya::{
-    Btf, Ebpf,
-    programs::{FEntry, KProbe, UProbe, uprobe::UProbeScope},
+    Ebpf,
+    programs::{UProbe, uprobe::UProbeScope},
 };
 use object::Object as _;
 
@@ -30,27 +30,6 @@ const LDSO_CANDIDATES: &[&str] = &[
 
 fn first_existing(paths: &[&'static str]) -> Option<&'static str> {
     paths.iter().copied().find(|p| Path::new(p).exists())
-}
-
-fn kprobe(ebpf: &mut Ebpf) -> Result<()> {
-    let p: &mut KProbe = ebpf
-        .program_mut("forkprof_probe_kprobe")
-        .context("probe program missing")?
-        .try_into()?;
-    p.load().context("load")?;
-    p.attach("dup_mmap", 0).context("attach to dup_mmap")?;
-    Ok(())
-}
-
-fn fentry(ebpf: &mut Ebpf) -> Result<()> {
-    let btf = Btf::from_sys_fs().context("kernel BTF")?;
-    let p: &mut FEntry = ebpf
-        .program_mut("forkprof_probe_fentry")
-        .context("probe program missing")?
-        .try_into()?;
-    p.load("dup_mmap", &btf).context("load (BPF_PROG_LOAD)")?;
-    p.attach().context("attach to dup_mmap")?;
-    Ok(())
 }
 
 fn uprobe(ebpf: &mut Ebpf) -> Result<&'static str> {
@@ -89,24 +68,7 @@ fn cap(name: &'static str, result: Result<String>) -> Capability {
 }
 
 pub fn probe(ebpf: &mut Ebpf) -> Vec<Capability> {
-    let config = kernel_config();
-    let kprobes_configured = config
-        .as_deref()
-        .map(|c| c.lines().any(|l| l == "CONFIG_KPROBES=y"));
     vec![
-        cap(
-            "kprobes",
-            kprobe(ebpf)
-                .map(|()| "attached to dup_mmap".to_string())
-                .map_err(|e| match kprobes_configured {
-                    Some(false) => e.context("CONFIG_KPROBES is not set in this kernel"),
-                    _ => e,
-                }),
-        ),
-        cap(
-            "fentry/fexit",
-            fentry(ebpf).map(|()| "attached to dup_mmap".to_string()),
-        ),
         cap(
             "uprobes",
             uprobe(ebpf).map(|libc| format!("attached to {libc}:__libc_start_main")),
@@ -124,6 +86,46 @@ pub fn probe(ebpf: &mut Ebpf) -> Vec<Capability> {
     ]
 }
 
+/// A failed attach of a hook of `kind`, as one readable line: aya's empty "Verifier output"
+/// is dropped, and the likely cause is added (kprobes not built in; fentry refused by a
+/// kernel lockdown or a security module).
+pub fn explain_failure(kind: &str, error: &str) -> (String, Option<String>) {
+    let text = match error.find(". Verifier output: ") {
+        Some(i) if error[i..].trim_end().len() <= ". Verifier output: :".len() + 40 => {
+            let rest = &error[i + ". Verifier output: ".len()..];
+            if rest.trim_start_matches(':').trim().is_empty()
+                || error[..i].ends_with(rest.trim_start_matches(':').trim())
+            {
+                error[..i].to_string()
+            } else {
+                error.to_string()
+            }
+        }
+        _ => error.to_string(),
+    };
+    let hint = match kind {
+        "kprobe" | "kretprobe" => kernel_config()
+            .filter(|c| !c.lines().any(|l| l == "CONFIG_KPROBES=y"))
+            .map(|_| "CONFIG_KPROBES is not set in this kernel".to_string()),
+        "fentry" | "fexit" if text.contains("Operation not permitted") => Some(match lockdown() {
+            Some(l) if !l.contains("[none]") => format!("kernel lockdown: {l}"),
+            _ => "refused by the kernel: lockdown or a security module".to_string(),
+        }),
+        _ => None,
+    };
+    match hint {
+        Some(h) => (format!("{text} ({h})"), Some(h)),
+        None => (text, None),
+    }
+}
+
+/// /sys/kernel/security/lockdown, e.g. "none [integrity] confidentiality".
+pub fn lockdown() -> Option<String> {
+    std::fs::read_to_string("/sys/kernel/security/lockdown")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
 /// The kernel's build configuration, from /proc/config.gz (gzip) via `zcat`, if present.
 fn kernel_config() -> Option<String> {
     let out = std::process::Command::new("zcat")
@@ -133,4 +135,24 @@ fn kernel_config() -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explain_failure;
+
+    #[test]
+    fn drops_an_empty_verifier_output() {
+        let e = "load (BPF_PROG_LOAD): the BPF_PROG_LOAD syscall returned Operation not \
+                 permitted (os error 1). Verifier output: : Operation not permitted (os error 1)";
+        let (text, hint) = explain_failure("raw_tp", e);
+        assert_eq!(hint, None);
+        assert!(!text.contains("Verifier output"), "{text}");
+        assert!(
+            text.ends_with("Operation not permitted (os error 1)"),
+            "{text}"
+        );
+        let real = "load: invalid. Verifier output: 0: R1=ctx() R10=fp0\n1: (79) r2 = *(u64 *)(r1 +8)\ninvalid bpf_context access off=8 size=8";
+        assert_eq!(explain_failure("raw_tp", real).0, real);
+    }
 }

@@ -1,28 +1,116 @@
 //! Loads the eBPF object, checks privileges, attaches each hook, and says what attached.
+//!
+//! Hooks are grouped in jobs. A job has one or more sources, best first; a source is a set
+//! of hooks that must all attach. The first source of a job that attaches wholly is used,
+//! and the others are left unloaded. A job whose every source fails leaves its phases "not
+//! measured", with the kernel's reasons, unless it is required (the fork, exec and exit
+//! milestones), which stops forkprof with a message naming the kernel and the hook.
+//!
+//! Raw tracepoint arguments are each kernel's `TP_PROTO`. A hook on one names the prototype
+//! its program was written for (the arguments it reads); it attaches only when this kernel's
+//! BTF prototype starts with that, so no program reads a guessed slot.
 use std::collections::BTreeMap;
 
-use anyhow::{Context as _, Result, bail};
-use aya::{Ebpf, EbpfLoader, programs::RawTracePoint};
+use anyhow::{Context as _, Result, anyhow, bail};
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{FEntry, FExit, KProbe, RawTracePoint},
+};
+use serde::Serialize;
 
-use crate::btf;
+use crate::btf::{self, KernelInfo, Param};
+use crate::compat;
 
-/// One kernel hook: the program in the object, the raw tracepoint it attaches to, and the
-/// phases it feeds. A required hook that fails to attach stops forkprof; an optional one
-/// leaves its phases "not measured" and says why.
-pub struct Hook {
-    pub program: &'static str,
-    pub tracepoint: &'static str,
-    pub required: bool,
-    pub feeds: &'static [&'static str],
+/// Where a program attaches.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    /// A raw tracepoint, with the leading arguments its program reads (their kinds).
+    RawTp(&'static str, &'static [Param]),
+    FEntry(&'static str),
+    FExit(&'static str),
+    KProbe(&'static str),
+    KRetProbe(&'static str),
 }
 
-pub const HOOKS: &[Hook] = &[
-    Hook {
-        program: "forkprof_sys_enter",
-        tracepoint: "sys_enter",
+impl Target {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::RawTp(..) => "raw_tp",
+            Self::FEntry(_) => "fentry",
+            Self::FExit(_) => "fexit",
+            Self::KProbe(_) => "kprobe",
+            Self::KRetProbe(_) => "kretprobe",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::RawTp(n, _)
+            | Self::FEntry(n)
+            | Self::FExit(n)
+            | Self::KProbe(n)
+            | Self::KRetProbe(n) => n,
+        }
+    }
+
+    /// "raw_tp sys_enter"
+    pub fn label(self) -> String {
+        format!("{} {}", self.kind(), self.name())
+    }
+
+    /// The label with the arguments a raw tracepoint program reads: "raw_tp
+    /// sched_process_exit (ptr, bool)", which tells the variants of one tracepoint apart.
+    pub fn detailed_label(self) -> String {
+        match self {
+            Self::RawTp(_, reads) if !reads.is_empty() => {
+                format!("{} {}", self.label(), btf::show_params(reads))
+            }
+            _ => self.label(),
+        }
+    }
+}
+
+/// One program and where it attaches.
+#[derive(Clone, Copy, Debug)]
+pub struct Hook {
+    pub program: &'static str,
+    pub target: Target,
+}
+
+/// A set of hooks that together measure a job's phases, and what to say about it.
+pub struct Source {
+    pub hooks: &'static [Hook],
+    /// Added to the phase source text when this source is used.
+    pub note: Option<&'static str>,
+}
+
+/// What one group of hooks is for.
+pub struct Job {
+    pub name: &'static str,
+    pub required: bool,
+    pub feeds: &'static [&'static str],
+    /// Best first.
+    pub sources: &'static [Source],
+}
+
+const fn hook(program: &'static str, target: Target) -> Hook {
+    Hook { program, target }
+}
+
+const fn one(hooks: &'static [Hook]) -> Source {
+    Source { hooks, note: None }
+}
+
+use Param::{Bool, Int, Ptr};
+
+pub const JOBS: &[Job] = &[
+    Job {
+        name: "syscalls",
         required: true,
         feeds: &[
             "fork",
+            "vfork_wait",
+            "child_run",
             "exec",
             "exec_failed",
             "static_start",
@@ -30,123 +118,261 @@ pub const HOOKS: &[Hook] = &[
             "ld_map",
             "ld_reloc_init",
         ],
+        sources: &[one(&[
+            hook(
+                "forkprof_sys_enter",
+                Target::RawTp("sys_enter", &[Ptr, Int(8)]),
+            ),
+            hook(
+                "forkprof_sys_exit",
+                Target::RawTp("sys_exit", &[Ptr, Int(8)]),
+            ),
+        ])],
     },
-    Hook {
-        program: "forkprof_sys_exit",
-        tracepoint: "sys_exit",
-        required: true,
-        feeds: &["fork", "vfork_wait", "exec", "exec_failed"],
-    },
-    Hook {
-        program: "forkprof_task_newtask",
-        tracepoint: "task_newtask",
+    Job {
+        name: "newtask",
         required: true,
         feeds: &["fork", "vfork_wait"],
+        sources: &[one(&[hook(
+            "forkprof_task_newtask",
+            Target::RawTp("task_newtask", &[Ptr, Int(8)]),
+        )])],
     },
-    Hook {
-        program: "forkprof_sched_process_exit",
-        tracepoint: "sched_process_exit",
+    Job {
+        name: "exit",
         required: true,
         feeds: &["exit_teardown"],
+        sources: &[
+            one(&[hook(
+                "forkprof_sched_process_exit",
+                Target::RawTp("sched_process_exit", &[Ptr, Bool]),
+            )]),
+            Source {
+                hooks: &[hook(
+                    "forkprof_sched_process_exit_task",
+                    Target::RawTp("sched_process_exit", &[Ptr]),
+                )],
+                note: Some(
+                    "from the exit_group entry (raw_tp sys_enter): this kernel's \
+                     sched_process_exit follows exit_mm",
+                ),
+            },
+        ],
     },
-    Hook {
-        program: "forkprof_signal_generate",
-        tracepoint: "signal_generate",
+    Job {
+        name: "exit_notify",
         required: false,
         feeds: &["exit_teardown"],
+        sources: &[one(&[hook(
+            "forkprof_signal_generate",
+            Target::RawTp("signal_generate", &[Int(4)]),
+        )])],
     },
-    Hook {
-        program: "forkprof_sched_process_free",
-        tracepoint: "sched_process_free",
+    Job {
+        name: "free",
         required: true,
         feeds: &[],
+        sources: &[one(&[hook(
+            "forkprof_sched_process_free",
+            Target::RawTp("sched_process_free", &[Ptr]),
+        )])],
     },
-    Hook {
-        program: "forkprof_sched_prepare_exec",
-        tracepoint: "sched_prepare_exec",
+    Job {
+        name: "exec_point_of_no_return",
         required: false,
         feeds: &["exec_prepare", "exec_load"],
+        sources: &[
+            one(&[hook(
+                "forkprof_sched_prepare_exec",
+                Target::RawTp("sched_prepare_exec", &[]),
+            )]),
+            one(&[hook(
+                "forkprof_begin_new_exec_fentry",
+                Target::FEntry("begin_new_exec"),
+            )]),
+            one(&[hook(
+                "forkprof_begin_new_exec_kprobe",
+                Target::KProbe("begin_new_exec"),
+            )]),
+        ],
     },
-    Hook {
-        program: "forkprof_sched_process_exec",
-        tracepoint: "sched_process_exec",
+    Job {
+        name: "exec_done",
         required: false,
         feeds: &["exec_load"],
+        sources: &[one(&[hook(
+            "forkprof_sched_process_exec",
+            Target::RawTp("sched_process_exec", &[]),
+        )])],
     },
-    Hook {
-        program: "forkprof_mmap_lock_acquired",
-        tracepoint: "mmap_lock_acquire_returned",
+    Job {
+        name: "pagetable_copy",
         required: false,
         feeds: &["pagetable_copy"],
+        sources: &[
+            one(&[
+                hook("forkprof_dup_mmap_fentry", Target::FEntry("dup_mmap")),
+                hook("forkprof_dup_mmap_fexit", Target::FExit("dup_mmap")),
+            ]),
+            one(&[
+                hook("forkprof_dup_mmap_kprobe", Target::KProbe("dup_mmap")),
+                hook("forkprof_dup_mmap_kretprobe", Target::KRetProbe("dup_mmap")),
+            ]),
+            one(&[
+                hook(
+                    "forkprof_mmap_lock_acquired",
+                    Target::RawTp("mmap_lock_acquire_returned", &[Ptr, Bool, Bool]),
+                ),
+                hook(
+                    "forkprof_mmap_lock_released",
+                    Target::RawTp("mmap_lock_released", &[Ptr, Bool]),
+                ),
+            ]),
+            one(&[
+                hook(
+                    "forkprof_mmap_lock_acquired_memcg",
+                    Target::RawTp("mmap_lock_acquire_returned", &[Ptr, Ptr, Bool, Bool]),
+                ),
+                hook(
+                    "forkprof_mmap_lock_released_memcg",
+                    Target::RawTp("mmap_lock_released", &[Ptr, Ptr, Bool]),
+                ),
+            ]),
+        ],
     },
-    Hook {
-        program: "forkprof_mmap_lock_released",
-        tracepoint: "mmap_lock_released",
-        required: false,
-        feeds: &["pagetable_copy"],
-    },
-    Hook {
-        program: "forkprof_page_fault_user",
-        tracepoint: "page_fault_user",
+    Job {
+        name: "cow_faults",
         required: false,
         feeds: &["cow_faults"],
+        sources: &[one(&[hook(
+            "forkprof_page_fault_user",
+            Target::RawTp("page_fault_user", &[Int(8), Ptr, Int(8)]),
+        )])],
     },
-    Hook {
-        program: "forkprof_dirty_inode_start",
-        tracepoint: "writeback_dirty_inode_start",
+    Job {
+        name: "cow_fault_time",
+        required: false,
+        feeds: &["cow_fault_time"],
+        sources: &[
+            one(&[
+                hook("forkprof_wp_fault_fentry", Target::FEntry("do_wp_page")),
+                hook("forkprof_wp_fault_fexit", Target::FExit("do_wp_page")),
+            ]),
+            one(&[
+                hook("forkprof_wp_fault_kprobe", Target::KProbe("do_wp_page")),
+                hook(
+                    "forkprof_wp_fault_kretprobe",
+                    Target::KRetProbe("do_wp_page"),
+                ),
+            ]),
+        ],
+    },
+    Job {
+        name: "atime",
         required: false,
         feeds: &["atime"],
-    },
-    Hook {
-        program: "forkprof_dirty_inode",
-        tracepoint: "writeback_dirty_inode",
-        required: false,
-        feeds: &["atime"],
+        sources: &[one(&[
+            hook(
+                "forkprof_dirty_inode_start",
+                Target::RawTp("writeback_dirty_inode_start", &[]),
+            ),
+            hook(
+                "forkprof_dirty_inode",
+                Target::RawTp("writeback_dirty_inode", &[]),
+            ),
+        ])],
     },
 ];
 
-/// What happened to each hook.
-#[derive(Debug, Clone)]
+/// The raw tracepoints whose prototypes the hooks depend on.
+fn raw_tracepoints() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = JOBS
+        .iter()
+        .flat_map(|j| j.sources.iter())
+        .flat_map(|s| s.hooks.iter())
+        .filter_map(|h| match h.target {
+            Target::RawTp(name, _) => Some(name),
+            _ => None,
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// What happened to one hook.
+#[derive(Debug, Clone, Serialize)]
 pub struct HookStatus {
-    pub tracepoint: &'static str,
+    pub hook: String,
+    pub kind: &'static str,
+    pub target: &'static str,
+    pub job: &'static str,
     pub required: bool,
-    pub feeds: &'static [&'static str],
+    /// "attached", "failed", or "unused" (a better source of its job attached).
+    pub status: &'static str,
+    /// Whether this hook's source is the one its job uses (doctor attaches every source).
+    pub used: bool,
     pub error: Option<String>,
+    pub feeds: &'static [&'static str],
+}
+
+/// What happened to one job: the source used (its index), or the reasons none attached.
+#[derive(Clone)]
+pub struct JobStatus {
+    pub job: &'static Job,
+    pub used: Option<usize>,
+    pub errors: Vec<String>,
 }
 
 pub struct Loaded {
     pub ebpf: Ebpf,
+    pub kernel: KernelInfo,
+    pub jobs: Vec<JobStatus>,
     pub hooks: Vec<HookStatus>,
 }
 
 impl Loaded {
     /// For each phase, the hooks that measure it ("raw_tp sys_enter + raw_tp sys_exit"), or
-    /// "not measured: <hook> unavailable (<why>)".
+    /// "not measured: <why>".
     pub fn sources(&self) -> BTreeMap<&'static str, String> {
-        let mut by_phase: BTreeMap<&'static str, Vec<&HookStatus>> = BTreeMap::new();
-        for h in &self.hooks {
-            for &phase in h.feeds {
-                by_phase.entry(phase).or_default().push(h);
+        let mut parts: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+        let mut notes: BTreeMap<&'static str, Vec<&'static str>> = BTreeMap::new();
+        let mut missing: BTreeMap<&'static str, String> = BTreeMap::new();
+        for js in &self.jobs {
+            for &phase in js.job.feeds {
+                match js.used {
+                    Some(i) => {
+                        let source = &js.job.sources[i];
+                        let entry = parts.entry(phase).or_default();
+                        for h in source.hooks {
+                            entry.push(h.target.label());
+                        }
+                        if let Some(note) = source.note {
+                            notes.entry(phase).or_default().push(note);
+                        }
+                    }
+                    None => {
+                        missing
+                            .entry(phase)
+                            .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
+                    }
+                }
             }
         }
-        by_phase
+        let mut out: BTreeMap<&'static str, String> = parts
             .into_iter()
-            .map(|(phase, hooks)| {
-                let text = match hooks.iter().find(|h| h.error.is_some()) {
-                    Some(bad) => format!(
-                        "not measured: raw_tp {} unavailable ({})",
-                        bad.tracepoint,
-                        bad.error.as_deref().unwrap_or("")
-                    ),
-                    None => hooks
-                        .iter()
-                        .map(|h| format!("raw_tp {}", h.tracepoint))
-                        .collect::<Vec<_>>()
-                        .join(" + "),
-                };
+            .map(|(phase, mut labels)| {
+                labels.dedup();
+                let mut text = labels.join(" + ");
+                for note in notes.get(phase).into_iter().flatten() {
+                    text.push_str(&format!(" ({note})"));
+                }
                 (phase, text)
             })
-            .collect()
+            .collect();
+        // A phase is only as good as its weakest job: one missing job makes it unmeasured.
+        out.extend(missing);
+        out
     }
 }
 
@@ -189,11 +415,21 @@ pub struct LoadOptions {
     pub trace_all: bool,
     /// Bracket the dynamic linker with uprobes instead of its syscalls.
     pub precise_ld: bool,
+    /// `forkprof doctor`: try every source of every job, and keep going past a required job
+    /// that fails.
+    pub try_all: bool,
+}
+
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
-    let offsets = btf::kernel_task_offsets()?;
+    let data = btf::read_kernel_btf()?;
+    let kernel = btf::inspect(&data, &raw_tracepoints())?;
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
     let object: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/forkprof"));
@@ -203,36 +439,219 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let mut ebpf = EbpfLoader::new()
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("PRECISE_LD", &precise_ld, true)
-        .override_global("TASK_OFFSETS", &offsets, true)
+        .override_global("KERNEL_LAYOUT", &kernel.layout, true)
         .load(object)
         .context("loading the eBPF object")?;
+    let vmlinux = Btf::from_sys_fs().ok();
+    let mut jobs = Vec::new();
     let mut hooks = Vec::new();
-    for hook in HOOKS {
-        let result = attach(&mut ebpf, hook);
-        if let Err(e) = &result
-            && hook.required
-        {
+    for job in JOBS {
+        let mut status = JobStatus {
+            job,
+            used: None,
+            errors: Vec::new(),
+        };
+        let first_hook = hooks.len();
+        let mut source_of = Vec::new();
+        for (i, source) in job.sources.iter().enumerate() {
+            source_of.extend(std::iter::repeat_n(i, source.hooks.len()));
+            if status.used.is_some() && !opts.try_all {
+                for h in source.hooks {
+                    hooks.push(hook_status(job, h, "unused", None));
+                }
+                continue;
+            }
+            let mut ok = true;
+            for h in source.hooks {
+                let result = attach(&mut ebpf, &kernel, vmlinux.as_ref(), h);
+                let failure = result
+                    .err()
+                    .map(|e| compat::explain_failure(h.target.kind(), &format!("{e:#}")));
+                if let Some((full, hint)) = &failure {
+                    // One short reason per source is enough for the phase's "not measured";
+                    // doctor prints the whole chain.
+                    if ok {
+                        let short = hint.clone().unwrap_or_else(|| {
+                            full.rsplit(": ").next().unwrap_or(full).to_string()
+                        });
+                        status
+                            .errors
+                            .push(format!("{} ({short})", h.target.label()));
+                    }
+                    ok = false;
+                }
+                let error = failure.map(|(full, _)| full);
+                let state = if error.is_some() {
+                    "failed"
+                } else {
+                    "attached"
+                };
+                hooks.push(hook_status(job, h, state, error));
+            }
+            if ok && status.used.is_none() {
+                status.used = Some(i);
+            } else if !ok && !opts.try_all {
+                // Leave nothing of a partly attached source behind.
+                for h in source.hooks {
+                    unload(&mut ebpf, h);
+                }
+            }
+        }
+        for (h, source) in hooks[first_hook..].iter_mut().zip(source_of) {
+            h.used = status.used == Some(source);
+        }
+        if status.used.is_none() && job.required && !opts.try_all {
             bail!(
-                "this kernel cannot attach forkprof's hook on raw tracepoint {}: {e:#}",
-                hook.tracepoint
+                "this kernel ({}) cannot attach forkprof's {} hook: {}",
+                kernel_release(),
+                job.name,
+                status.errors.join("; ")
             );
         }
-        hooks.push(HookStatus {
-            tracepoint: hook.tracepoint,
-            required: hook.required,
-            feeds: hook.feeds,
-            error: result.err().map(|e| format!("{e:#}")),
-        });
+        jobs.push(status);
     }
-    Ok(Loaded { ebpf, hooks })
+    Ok(Loaded {
+        ebpf,
+        kernel,
+        jobs,
+        hooks,
+    })
 }
 
-fn attach(ebpf: &mut Ebpf, hook: &Hook) -> Result<()> {
-    let program: &mut RawTracePoint = ebpf
-        .program_mut(hook.program)
-        .with_context(|| format!("program {} missing from the object", hook.program))?
-        .try_into()?;
-    program.load().context("verifier rejected the program")?;
-    program.attach(hook.tracepoint)?;
+fn hook_status(
+    job: &'static Job,
+    h: &Hook,
+    status: &'static str,
+    error: Option<String>,
+) -> HookStatus {
+    HookStatus {
+        hook: h.target.detailed_label(),
+        kind: h.target.kind(),
+        target: h.target.name(),
+        job: job.name,
+        required: job.required,
+        status,
+        used: false,
+        error,
+        feeds: job.feeds,
+    }
+}
+
+fn unload(ebpf: &mut Ebpf, h: &Hook) {
+    if let Some(p) = ebpf.program_mut(h.program) {
+        let _ = match p {
+            aya::programs::Program::RawTracePoint(p) => p.unload(),
+            aya::programs::Program::FEntry(p) => p.unload(),
+            aya::programs::Program::FExit(p) => p.unload(),
+            aya::programs::Program::KProbe(p) => p.unload(),
+            _ => Ok(()),
+        };
+    }
+}
+
+fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook) -> Result<()> {
+    let missing = || anyhow!("program {} missing from the object", h.program);
+    let program = ebpf.program_mut(h.program).ok_or_else(missing)?;
+    match h.target {
+        Target::RawTp(name, reads) => {
+            let params = kernel
+                .params(name)
+                .with_context(|| format!("no tracepoint {name} in this kernel's BTF"))?;
+            if !params.starts_with(reads) {
+                bail!(
+                    "this kernel's prototype is {}; the program reads {}",
+                    btf::show_params(params),
+                    btf::show_params(reads)
+                );
+            }
+            let p: &mut RawTracePoint = program.try_into()?;
+            p.load().context("verifier rejected the program")?;
+            p.attach(name)?;
+        }
+        Target::FEntry(func) => {
+            let btf = vmlinux.context("no kernel BTF")?;
+            let p: &mut FEntry = program.try_into()?;
+            p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
+            p.attach()?;
+        }
+        Target::FExit(func) => {
+            let btf = vmlinux.context("no kernel BTF")?;
+            let p: &mut FExit = program.try_into()?;
+            p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
+            p.attach()?;
+        }
+        Target::KProbe(func) | Target::KRetProbe(func) => {
+            let p: &mut KProbe = program.try_into()?;
+            p.load().context("load (BPF_PROG_LOAD)")?;
+            p.attach(func, 0)?;
+        }
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The raw tracepoint sources of `job` whose every hook matches `prototypes`, in order.
+    fn matching(job: &str, prototypes: &[(&str, &[Param])]) -> Vec<usize> {
+        let job = JOBS.iter().find(|j| j.name == job).unwrap();
+        let fits = |h: &Hook| match h.target {
+            Target::RawTp(name, reads) => prototypes
+                .iter()
+                .any(|(tp, params)| *tp == name && params.starts_with(reads)),
+            _ => false,
+        };
+        (0..job.sources.len())
+            .filter(|&i| job.sources[i].hooks.iter().all(fits))
+            .collect()
+    }
+
+    /// Prototypes read from each kernel's BTF (KERNEL-NOTES: 6.1 and 6.12 against 6.18).
+    const OLD: &[(&str, &[Param])] = &[
+        ("sched_process_exit", &[Ptr]),
+        ("mmap_lock_acquire_returned", &[Ptr, Ptr, Bool, Bool]),
+        ("mmap_lock_released", &[Ptr, Ptr, Bool]),
+    ];
+    const NEW: &[(&str, &[Param])] = &[
+        ("sched_process_exit", &[Ptr, Bool]),
+        ("mmap_lock_acquire_returned", &[Ptr, Bool, Bool]),
+        ("mmap_lock_released", &[Ptr, Bool]),
+    ];
+
+    #[test]
+    fn each_kernel_layout_picks_the_program_written_for_it() {
+        // The first matching source is the one attached.
+        assert_eq!(matching("exit", NEW).first(), Some(&0));
+        assert_eq!(matching("exit", OLD), vec![1]);
+        assert_eq!(matching("pagetable_copy", NEW), vec![2]);
+        assert_eq!(matching("pagetable_copy", OLD), vec![3]);
+        // A prototype nobody wrote a program for matches nothing: never a guessed slot.
+        let odd: &[(&str, &[Param])] = &[("sched_process_exit", &[Int(4)])];
+        assert!(matching("exit", odd).is_empty());
+    }
+
+    #[test]
+    fn every_program_and_phase_is_named_once() {
+        let mut programs: Vec<&str> = JOBS
+            .iter()
+            .flat_map(|j| j.sources.iter())
+            .flat_map(|s| s.hooks.iter())
+            .map(|h| h.program)
+            .collect();
+        let n = programs.len();
+        programs.sort_unstable();
+        programs.dedup();
+        assert_eq!(programs.len(), n, "a program is listed twice");
+        for j in JOBS {
+            assert!(!j.sources.is_empty(), "{} has no source", j.name);
+            for phase in j.feeds {
+                assert!(
+                    crate::model::PHASES.iter().any(|p| p.name() == *phase),
+                    "{} feeds unknown phase {phase}",
+                    j.name
+                );
+            }
+        }
+    }
 }

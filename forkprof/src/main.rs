@@ -34,7 +34,7 @@ fn main() {
         cli::Command::Top(args) => cmd::top::run(args),
         cli::Command::Monitor(args) => cmd::monitor::run(args),
         cli::Command::Bench(args) => cmd::bench::run(args),
-        cli::Command::Doctor => cmd::doctor::run(),
+        cli::Command::Doctor(args) => cmd::doctor::run(&args),
     };
     match result {
         Ok(code) => std::process::exit(code),

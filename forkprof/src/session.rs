@@ -83,6 +83,7 @@ impl Session {
         let mut loaded = loader::load(&LoadOptions {
             trace_all: opts.trace_all,
             precise_ld: opts.precise_ld,
+            ..Default::default()
         })?;
         let ld_probes = if opts.precise_ld {
             Some(LdProbes::new(&mut loaded.ebpf).context("--precise-ld")?)

@@ -318,9 +318,11 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
         );
         if binary == "main_static" {
             assert_eq!(ld, [0.0; 3], "ld_* of a static binary");
-            // A static binary's own start-up (CPU feature probes, IRELATIVE relocations, TLS)
-            // is static_start, up to its libc's arch_prctl(ARCH_SET_FS); what follows before
-            // main is a few syscalls.
+            // A static binary's own start-up (CPU feature probes, IRELATIVE relocations, TLS,
+            // thread set-up, malloc's first brk) is static_start, up to static glibc's RELRO
+            // mprotect, its last syscall before main. What it leaves out is that mprotect and
+            // the return to main: a few µs whichever CPU runs it, inside 30 µs. (Ending at
+            // arch_prctl left out ~100 µs on AMD hosts, where cpuid does not trap.)
             let start = static_start_mean(&run, binary);
             eprintln!(
                 "{binary}: exec {:.1} + static_start {:.1} us",

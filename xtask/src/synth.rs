@@ -33,7 +33,7 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;
 BEGIN;
 {schema}
-INSERT INTO meta VALUES ('schema_version','2'),('mode','synthetic'),('host','synthetic'),
+INSERT INTO meta VALUES ('schema_version','3'),('mode','synthetic'),('host','synthetic'),
   ('wall_ns','{wall}'),('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');
 CREATE TEMP TABLE ids AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < {n}) SELECT i FROM c;
 INSERT INTO spawns SELECT 1000+i, i*1000, i*1000+60000, 1000+i/8, (i/8)*1000, 1000+i/8, 1000+i,
@@ -41,12 +41,12 @@ INSERT INTO spawns SELECT 1000+i, i*1000, i*1000+60000, 1000+i/8, (i/8)*1000, 10
   CASE WHEN i%2=0 THEN 17 ELSE 16640 END, 0, i*1000-5, 40000+i%1000, CASE WHEN i%2=0 THEN 30000 ELSE 0 END,
   CASE WHEN i%2=0 THEN 0 ELSE 300000 END, 'make' FROM ids;
 INSERT INTO execs SELECT 1000+i, i*1000, i*1000+70000, 1000+i, '/usr/local/bin/tool'||(i%50), 'tool'||(i%50),
-  1, 2, 20000, 0, 0, 0, 0, 0, 15000 FROM ids WHERE i%4=0;
+  1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0 FROM ids WHERE i%4=0;
 INSERT INTO execs SELECT 1000+i, i*1000, i*1000+200000, 1000+i, '/usr/bin/tool'||(i%50),
   'tool'||(i%50)||char(0)||'-c'||char(0)||'input'||i||'.c', 3, 0, 150000+i%5000, 40000, 100000, 0, 0, i%7,
-  CASE WHEN i%4=0 THEN 0 ELSE 15000 END FROM ids;
+  CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0 FROM ids;
 INSERT INTO lds SELECT 1000+i, i*1000, i*1000+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0 FROM ids;
-INSERT INTO exits SELECT 1000+i, i*1000, i*1000+3000000, 0, 1, 50000, 0, i*1000+2950000, 'tool'||(i%50), 0 FROM ids;
+INSERT INTO exits SELECT 1000+i, i*1000, i*1000+3000000, 0, 1, 50000, 0, i*1000+2950000, 'tool'||(i%50), 0, 0 FROM ids;
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
 ",

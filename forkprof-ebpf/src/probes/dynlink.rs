@@ -2,7 +2,10 @@
 //! exec done -> access("/etc/ld.so.preload") [ld_start] -> arch_prctl(ARCH_SET_FS) once all
 //! objects are mapped [ld_map] -> munmap of ld.so.cache, ld.so's last syscall [ld_reloc_init].
 //! When `arch_prctl(ARCH_SET_FS)` comes first there is no glibc ld.so; for a statically linked
-//! binary, exec done -> that call is its libc's own start-up [static_start].
+//! binary, exec done -> its RELRO `mprotect(PROT_READ)`, static glibc's last syscall before
+//! `main` (set_tid_address, set_robust_list, rseq, prlimit64, readlink, getrandom and brk come
+//! between), is its libc's own start-up [static_start]. Without such an mprotect (no RELRO,
+//! another libc), static_start ends at `arch_prctl(ARCH_SET_FS)`.
 //!
 //! With `--precise-ld` (global PRECISE_LD), uprobes give the outer boundaries: ld.so's first
 //! `_dl_debug_state` call (RT_ADD, before any object is loaded) ends `ld_start`, and libc's
@@ -19,9 +22,10 @@ use forkprof_common::{
 use crate::maps::{self, EVENTS, PROCS, regs};
 
 const ARCH_SET_FS: u64 = 0x1002;
+const PROT_READ: u64 = 0x1;
 
-/// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap);
-/// `ld_syscalls` counts those.
+/// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap,
+/// mprotect); `ld_syscalls` counts those.
 pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = PROCS.get_ptr_mut(tgid) else {
@@ -45,7 +49,7 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
                 ps.ld_state = ld_state::MAP;
             } else if id == nr::ARCH_PRCTL && set_fs() {
                 ps.ld_t1 = maps::now();
-                close(ps, ld_outcome::NO_GLIBC_LD);
+                ps.ld_state = ld_state::STATIC;
                 return;
             } else if ps.ld_syscalls > LD_START_MAX_SYSCALLS {
                 // Neither ld.so nor a libc that sets up TLS: nothing measured.
@@ -61,6 +65,18 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
                 ps.ld_t2 = maps::now();
                 ps.ld_state = ld_state::RELOC;
             }
+        }
+        ld_state::STATIC => {
+            // The RELRO mprotect ends static glibc's start-up; any other watched syscall
+            // means the program runs already, and static_start ends at arch_prctl.
+            if id == nr::MPROTECT {
+                let regs_ptr: *const u8 = ctx.arg(0);
+                if maps::read_kernel_u64(regs_ptr, regs::DX) == PROT_READ {
+                    ps.ld_t1 = maps::now();
+                }
+            }
+            close(ps, ld_outcome::NO_GLIBC_LD);
+            return;
         }
         _ => {
             if id == nr::MUNMAP && !precise {
@@ -112,6 +128,12 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     if ps.ld_state == ld_state::NONE {
         return;
     }
+    // A static start-up that never reached its RELRO mprotect ended at arch_prctl.
+    let outcome = if ps.ld_state == ld_state::STATIC {
+        ld_outcome::NO_GLIBC_LD
+    } else {
+        outcome
+    };
     let end = maps::now();
     let mut rec = LdRecord {
         hdr: RecordHeader {

@@ -1,5 +1,7 @@
-//! execve/execveat: one record per attempt, split at sched_prepare_exec (point of no return)
-//! and sched_process_exec (new image loaded).
+//! execve/execveat: one record per attempt, split at the point of no return (the
+//! sched_prepare_exec tracepoint from 6.10; before that, the entry of `begin_new_exec`, where
+//! that tracepoint was later added, through fentry or a kprobe) and sched_process_exec (new
+//! image loaded).
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes},
     programs::RawTracePointContext,
@@ -41,6 +43,7 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
     rec.atime_count = 0;
     rec.atime_ns = 0;
     rec.cow_faults = 0;
+    rec.cow_fault_ns = 0;
     rec.child_run_ns = 0;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
@@ -145,7 +148,9 @@ pub fn on_exit(ret: i64) {
         ps.atime_ns = 0;
         ps.in_exec = 0;
         if ret == 0 {
-            rec.cow_faults = close_cow_window(ps);
+            let cow = close_cow_window(ps);
+            rec.cow_faults = cow.faults;
+            rec.cow_fault_ns = cow.ns;
             if ps.ld_state == ld_state::NONE {
                 maps::active_add(active::LD, 1);
             }

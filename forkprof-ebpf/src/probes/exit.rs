@@ -1,6 +1,12 @@
-//! Process exit: sched_process_exit (last thread, before exit_mm) -> the parent is notified
-//! (signal_generate of SIGCHLD from the exiting task). sched_process_free sends the record
-//! without a teardown time when no notification was seen.
+//! Process exit: the start of the teardown -> the parent is notified (signal_generate of
+//! SIGCHLD from the exiting task). sched_process_free sends the record without a teardown time
+//! when no notification was seen.
+//!
+//! The start is sched_process_exit of the last thread where that tracepoint fires before
+//! exit_mm and says whether the group is dead (6.16+). Older kernels fire it after exit_mm with
+//! the task as the only argument: there the last thread is the one that finds the signal
+//! struct's `live` count at 0, and the teardown starts at the process's exit_group entry (or at
+//! sched_process_exit, without exit_mm, for a process killed by a signal).
 use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
 use forkprof_common::{ExitRecord, RecordHeader, active, kind, ld_outcome, stat};
 
@@ -9,20 +15,64 @@ use crate::maps::{self, EVENTS, EXITING, PROCS};
 
 const SIGCHLD: i64 = 17;
 
-pub fn on_exit(ctx: &RawTracePointContext) {
+/// sched_process_exit(task, group_dead).
+#[inline(always)]
+pub fn on_exit_group_dead(ctx: &RawTracePointContext) {
     let group_dead: u64 = ctx.arg(1);
-    if group_dead & 0xff == 0 {
+    if group_dead & 0xff != 0 {
+        on_last_thread_exit(ctx.arg(0), 0);
+    }
+}
+
+/// sched_process_exit(task): the group is dead when no live thread is left.
+#[inline(always)]
+pub fn on_exit_task_only(ctx: &RawTracePointContext) {
+    let task: *const u8 = ctx.arg(0);
+    let layout = maps::layout();
+    let signal = maps::read_kernel_ptr(task, layout.task_signal);
+    if signal.is_null() || maps::read_kernel_u32(signal, layout.signal_live) != 0 {
         return;
     }
     let (tgid, _) = maps::current_ids();
+    let started = match PROCS.get_ptr(tgid) {
+        // SAFETY: map value of a traced process.
+        Some(ps) => unsafe { (*ps).exit_start_ns },
+        None => 0,
+    };
+    on_last_thread_exit(task, started);
+}
+
+/// exit_group entry, on kernels whose sched_process_exit follows exit_mm: the teardown of a
+/// process starts here.
+pub fn on_exit_group() {
+    let (tgid, _) = maps::current_ids();
+    if let Some(ps) = PROCS.get_ptr_mut(tgid) {
+        // SAFETY: map value of a traced process.
+        let ps = unsafe { &mut *ps };
+        if ps.exit_start_ns == 0 {
+            ps.exit_start_ns = maps::now();
+        }
+    }
+}
+
+/// The last thread of a process is exiting; `started` is when its teardown began (0: now).
+#[inline(always)]
+fn on_last_thread_exit(task: *const u8, started: u64) {
+    let (tgid, _) = maps::current_ids();
+    // Two threads may both find no live thread left (older kernels); the first one counts.
+    // SAFETY: a plain lookup; the value is not read.
+    if unsafe { EXITING.get(tgid) }.is_some() {
+        return;
+    }
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
-    let task: *const u8 = ctx.arg(0);
     let now = maps::now();
+    let start = if started != 0 { started } else { now };
     dynlink::close(ps, ld_outcome::INCOMPLETE);
+    let cow = close_cow_window(ps);
     let rec = ExitRecord {
         hdr: RecordHeader {
             kind: kind::EXIT,
@@ -30,11 +80,12 @@ pub fn on_exit(ctx: &RawTracePointContext) {
             ts_ns: now,
             proc: ps.key,
         },
-        exit_code: maps::read_kernel_u32(task, maps::offsets().exit_code),
+        exit_code: maps::read_kernel_u32(task, maps::layout().task_exit_code),
         notified: 0,
         exit_teardown_ns: 0,
-        cow_faults: close_cow_window(ps),
-        exit_ns: now,
+        cow_faults: cow.faults,
+        cow_fault_ns: cow.ns,
+        exit_ns: start,
         child_run_ns: close_child_run(ps),
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
@@ -85,9 +136,9 @@ pub fn on_free(ctx: &RawTracePointContext) {
         return;
     }
     let task: *const u8 = ctx.arg(0);
-    let off = maps::offsets();
-    let pid = maps::read_kernel_u32(task, off.pid);
-    if pid != maps::read_kernel_u32(task, off.tgid) {
+    let layout = maps::layout();
+    let pid = maps::read_kernel_u32(task, layout.task_pid);
+    if pid != maps::read_kernel_u32(task, layout.task_tgid) {
         return;
     }
     finish(pid, false);

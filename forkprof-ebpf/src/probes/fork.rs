@@ -36,9 +36,9 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
     };
     let task: *const u8 = ctx.arg(0);
     let flags: u64 = ctx.arg(1);
-    let off = maps::offsets();
-    let child_tid = maps::read_kernel_u32(task, off.pid);
-    let child_tgid = maps::read_kernel_u32(task, off.tgid);
+    let layout = maps::layout();
+    let child_tid = maps::read_kernel_u32(task, layout.task_pid);
+    let child_tgid = maps::read_kernel_u32(task, layout.task_tgid);
     let created = maps::now();
     // SAFETY: `fs` points at this thread's map value; only this thread writes it.
     let fs = unsafe { &mut *fs };
@@ -49,11 +49,12 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         return;
     }
     let shares_vm = flags & clone_flags::CLONE_VM != 0;
-    let mut cow_parent_base = 0;
+    let (mut cow_parent_base, mut cow_ns_parent_base) = (0, 0);
     if let Some(parent) = PROCS.get_ptr_mut(tgid) {
         // SAFETY: map value of a traced process.
         let parent = unsafe { &mut *parent };
         cow_parent_base = parent.cow_as_parent;
+        cow_ns_parent_base = parent.cow_ns_as_parent;
         if !shares_vm {
             parent.cow_children += 1;
         }
@@ -67,6 +68,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         parent_tgid: tgid,
         in_cow_window: u32::from(!shares_vm),
         cow_parent_base,
+        cow_ns_parent_base,
         child_state: child_state::AWAITING,
         ..Default::default()
     };

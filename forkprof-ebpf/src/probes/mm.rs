@@ -1,5 +1,11 @@
-//! Address-space costs: the page-table copy inside fork (bracketed by the parent's mm write
-//! lock) and copy-on-write faults after fork.
+//! Address-space costs: the page-table copy inside fork, and copy-on-write faults after fork.
+//!
+//! The page-table copy is `dup_mmap`, hooked by fentry/fexit or kprobe/kretprobe where the
+//! kernel allows it, else bracketed by the parent's mm write lock (raw mmap_lock tracepoints;
+//! their argument positions differ between kernels, so each layout has its own program and
+//! the agent attaches the one that matches this kernel's BTF prototype).
+//! Copy-on-write faults are counted from the page_fault_user tracepoint; where `do_wp_page`
+//! can be hooked, their time is summed too.
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{ProcState, active};
 
@@ -8,12 +14,14 @@ use crate::maps::{self, FORKS, PROCS};
 /// x86 page-fault error code bits: the page was present, and the access was a write.
 const PF_PROT_WRITE: u64 = 0x1 | 0x2;
 
-pub fn on_lock_acquired(ctx: &RawTracePointContext) {
+/// mmap_lock_acquire_returned; `write` and `success` are the positions of those arguments.
+#[inline(always)]
+pub fn on_lock_acquired(ctx: &RawTracePointContext, write: usize, success: usize) {
     if maps::active(active::FORKS) == 0 {
         return;
     }
-    let write: u64 = ctx.arg(1);
-    let success: u64 = ctx.arg(2);
+    let write: u64 = ctx.arg(write);
+    let success: u64 = ctx.arg(success);
     if write & 0xff == 0 || success & 0xff == 0 {
         return;
     }
@@ -30,11 +38,13 @@ pub fn on_lock_acquired(ctx: &RawTracePointContext) {
     }
 }
 
-pub fn on_lock_released(ctx: &RawTracePointContext) {
+/// mmap_lock_released; `write` is the position of that argument.
+#[inline(always)]
+pub fn on_lock_released(ctx: &RawTracePointContext, write: usize) {
     if maps::active(active::FORKS) == 0 {
         return;
     }
-    let write: u64 = ctx.arg(1);
+    let write: u64 = ctx.arg(write);
     if write & 0xff == 0 {
         return;
     }
@@ -47,6 +57,36 @@ pub fn on_lock_released(ctx: &RawTracePointContext) {
     let mm: u64 = ctx.arg(0);
     if fs.pt_mm == mm && fs.pt_ns == 0 {
         fs.pt_ns = maps::now() - fs.pt_start;
+    }
+}
+
+/// Entry of dup_mmap (fentry or kprobe): only a fork syscall calls it, in the parent.
+pub fn on_dup_mmap_entry() {
+    if maps::active(active::FORKS) == 0 {
+        return;
+    }
+    let (_, tid) = maps::current_ids();
+    if let Some(fs) = FORKS.get_ptr_mut(tid) {
+        // SAFETY: this thread's map value.
+        let fs = unsafe { &mut *fs };
+        if fs.pt_start == 0 {
+            fs.pt_start = maps::now();
+        }
+    }
+}
+
+/// Return of dup_mmap (fexit or kretprobe).
+pub fn on_dup_mmap_return() {
+    if maps::active(active::FORKS) == 0 {
+        return;
+    }
+    let (_, tid) = maps::current_ids();
+    if let Some(fs) = FORKS.get_ptr_mut(tid) {
+        // SAFETY: this thread's map value.
+        let fs = unsafe { &mut *fs };
+        if fs.pt_start != 0 && fs.pt_ns == 0 {
+            fs.pt_ns = maps::now() - fs.pt_start;
+        }
     }
 }
 
@@ -69,20 +109,70 @@ pub fn on_page_fault(ctx: &RawTracePointContext) {
     }
 }
 
-/// Ends a fork child's copy-on-write window (at exec or exit) and returns its faults plus
-/// the parent's faults since the fork.
-pub fn close_cow_window(ps: &mut ProcState) -> u64 {
+/// The process inside a copy-on-write window (its own, or as a parent of one), if any.
+#[inline(always)]
+fn cow_process() -> Option<&'static mut ProcState> {
+    if maps::active(active::COW) == 0 {
+        return None;
+    }
+    let (tgid, _) = maps::current_ids();
+    let ps = PROCS.get_ptr_mut(tgid)?;
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *ps };
+    (ps.in_cow_window != 0 || ps.cow_children != 0).then_some(ps)
+}
+
+/// Entry of do_wp_page (fentry or kprobe): a write fault on a present, write-protected page.
+pub fn on_wp_fault_entry() {
+    if let Some(ps) = cow_process() {
+        ps.wp_start = maps::now();
+    }
+}
+
+/// Return of do_wp_page (fexit or kretprobe).
+pub fn on_wp_fault_return() {
+    let Some(ps) = cow_process() else {
+        return;
+    };
+    if ps.wp_start == 0 {
+        return;
+    }
+    let ns = maps::now() - ps.wp_start;
+    ps.wp_start = 0;
+    if ps.in_cow_window != 0 {
+        ps.cow_fault_ns += ns;
+    }
+    if ps.cow_children != 0 {
+        ps.cow_ns_as_parent += ns;
+    }
+}
+
+/// A fork child's copy-on-write faults and their time: its own plus its parent's since the
+/// fork.
+pub struct CowTotals {
+    pub faults: u64,
+    pub ns: u64,
+}
+
+/// Ends a fork child's copy-on-write window (at exec or exit).
+pub fn close_cow_window(ps: &mut ProcState) -> CowTotals {
     if ps.in_cow_window == 0 {
-        return 0;
+        return CowTotals { faults: 0, ns: 0 };
     }
     ps.in_cow_window = 0;
     maps::active_add(active::COW, -1);
-    let mut total = ps.cow_faults;
+    let mut totals = CowTotals {
+        faults: ps.cow_faults,
+        ns: ps.cow_fault_ns,
+    };
     if let Some(parent) = PROCS.get_ptr_mut(ps.parent_tgid) {
         // SAFETY: map value of a traced process.
         let parent = unsafe { &mut *parent };
-        total += parent.cow_as_parent.saturating_sub(ps.cow_parent_base);
+        totals.faults += parent.cow_as_parent.saturating_sub(ps.cow_parent_base);
+        totals.ns += parent
+            .cow_ns_as_parent
+            .saturating_sub(ps.cow_ns_parent_base);
         parent.cow_children = parent.cow_children.saturating_sub(1);
     }
-    total
+    totals
 }

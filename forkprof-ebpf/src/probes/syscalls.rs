@@ -3,7 +3,7 @@
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{active, nr};
 
-use super::{dynlink, exec, fork};
+use super::{dynlink, exec, exit, fork};
 use crate::maps::{self, regs};
 
 #[inline(always)]
@@ -14,9 +14,14 @@ pub fn on_enter(ctx: &RawTracePointContext) {
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(ctx, id),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
-        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP if maps::active(active::LD) != 0 => {
+        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP | nr::MPROTECT
+            if maps::active(active::LD) != 0 =>
+        {
             dynlink::on_syscall(ctx, id)
         }
+        // Once per process, and only where sched_process_exit follows exit_mm (a constant
+        // for the verifier: the branch is pruned on other kernels).
+        nr::EXIT_GROUP if maps::layout().exit_at_syscall != 0 => exit::on_exit_group(),
         _ => {}
     }
 }

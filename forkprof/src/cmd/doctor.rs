@@ -1,87 +1,115 @@
-//! `forkprof doctor`: the kernel, its BTF, lockdown, privileges, and which hooks attach here.
+//! `forkprof doctor`: the kernel, its BTF, lockdown, privileges, and every hook and alternative
+//! source tried on its own, one line each: attached, or the kernel's reason.
 use anyhow::Result;
+use serde_json::json;
 
 use crate::btf;
+use crate::cli::DoctorArgs;
 use crate::compat;
-use crate::loader::{self, HOOKS, LoadOptions};
+use crate::loader::{self, LoadOptions};
 
-fn read_trimmed(path: &str) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-pub fn run() -> Result<i32> {
-    let release = read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
-    println!("kernel        {release}");
-    let btf = match btf::kernel_task_offsets() {
-        Ok(o) => format!(
-            "yes ({}; task_struct pid@{} tgid@{} exit_code@{})",
-            btf::VMLINUX_BTF,
-            o.pid,
-            o.tgid,
-            o.exit_code
-        ),
-        Err(e) => format!("no: {e:#}"),
-    };
-    println!("BTF           {btf}");
-    let lockdown = read_trimmed("/sys/kernel/security/lockdown")
-        .unwrap_or_else(|| "unknown (securityfs not mounted or no lockdown LSM)".into());
-    println!("lockdown      {lockdown}");
+pub fn run(args: &DoctorArgs) -> Result<i32> {
+    let release = loader::kernel_release();
     let privileged = loader::has_privileges();
-    println!(
-        "privileges    {}",
-        if privileged {
-            "CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes"
-        } else {
-            "missing CAP_BPF/CAP_PERFMON: run with sudo"
-        }
-    );
     if !privileged {
+        if args.json {
+            println!(
+                "{}",
+                json!({"kernel": release, "error": "missing CAP_BPF/CAP_PERFMON: run with sudo"})
+            );
+        } else {
+            println!("kernel        {release}");
+            println!("privileges    missing CAP_BPF/CAP_PERFMON: run with sudo");
+        }
         return Ok(1);
     }
-    let mut loaded = loader::load(&LoadOptions::default());
-    println!("\nhooks (raw tracepoints)");
-    match &mut loaded {
-        Ok(l) => {
-            for h in &l.hooks {
-                let state = match &h.error {
-                    None => "ok".to_string(),
-                    Some(e) => format!("FAILED: {e}"),
-                };
-                println!(
-                    "  {:<30} {:<8} {:<9} feeds {}",
-                    h.tracepoint,
-                    state,
-                    if h.required { "required" } else { "optional" },
-                    h.feeds.join(", ")
-                );
-            }
-            println!("\nphase sources");
-            for (phase, source) in l.sources() {
-                println!("  {phase:<15} {source}");
-            }
-            println!("\nother hook kinds (no default phase needs them)");
-            for c in compat::probe(&mut l.ebpf) {
-                println!(
-                    "  {:<30} {:<8} {}",
-                    c.name,
-                    if c.available { "ok" } else { "no" },
-                    c.detail
-                );
-            }
-        }
+    let loaded = loader::load(&LoadOptions {
+        try_all: true,
+        ..Default::default()
+    });
+    let mut loaded = match loaded {
+        Ok(l) => l,
         Err(e) => {
-            println!("  loading failed: {e:#}");
-            for h in HOOKS {
-                println!("  {:<30} not tried", h.tracepoint);
+            if args.json {
+                println!("{}", json!({"kernel": release, "error": format!("{e:#}")}));
+            } else {
+                println!("kernel        {release}");
+                println!("loading failed: {e:#}");
             }
             return Ok(1);
         }
+    };
+    let required_ok = loaded
+        .jobs
+        .iter()
+        .all(|j| j.used.is_some() || !j.job.required);
+    let capabilities = compat::probe(&mut loaded.ebpf);
+    let sources = loaded.sources();
+    if args.json {
+        let caps: Vec<_> = capabilities
+            .iter()
+            .map(|c| json!({"name": c.name, "available": c.available, "detail": c.detail}))
+            .collect();
+        let out = json!({
+            "kernel": release,
+            "lockdown": compat::lockdown(),
+            "layout": {
+                "exit_at_syscall": loaded.kernel.layout.exit_at_syscall != 0,
+            },
+            "tracepoints": loaded.kernel.tracepoints.iter()
+                .map(|(tp, params)| (tp.to_string(), btf::show_params(params)))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            "hooks": loaded.hooks,
+            "phases": sources,
+            "capabilities": caps,
+        });
+        println!("{out}");
+        return Ok(if required_ok { 0 } else { 1 });
     }
+    println!("kernel        {release}");
+    let l = loaded.kernel.layout;
     println!(
-        "\nEvery phase comes from raw tracepoints. Uprobes would bracket the dynamic linker \
-         exactly, but cost +8 to +18% per spawn here, so they are not used (see README)."
+        "BTF           {} (task_struct pid@{} tgid@{} exit_code@{})",
+        btf::VMLINUX_BTF,
+        l.task_pid,
+        l.task_tgid,
+        l.task_exit_code
     );
+    println!(
+        "lockdown      {}",
+        compat::lockdown()
+            .unwrap_or_else(|| "unknown (securityfs not mounted or no lockdown LSM)".into())
+    );
+    println!("privileges    CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes");
+    println!("\nhooks (each tried on its own; a job uses its first source that attaches wholly)");
+    for h in &loaded.hooks {
+        let state = match &h.error {
+            None if h.used => format!("{} (used)", h.status),
+            None => h.status.to_string(),
+            Some(e) => format!("{}: {e}", h.status),
+        };
+        println!(
+            "  {:<40} {:<24} {state}",
+            h.hook,
+            format!("{}{}", h.job, if h.required { " (required)" } else { "" }),
+        );
+    }
+    println!("\nphase sources");
+    for (phase, source) in &sources {
+        println!("  {phase:<15} {source}");
+    }
+    println!("\nother capabilities");
+    for c in &capabilities {
+        println!(
+            "  {:<40} {:<8} {}",
+            c.name,
+            if c.available { "ok" } else { "no" },
+            c.detail
+        );
+    }
+    if !required_ok {
+        println!("\nA required hook did not attach: forkprof cannot trace on this kernel.");
+        return Ok(1);
+    }
     Ok(0)
 }

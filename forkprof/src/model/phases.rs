@@ -22,11 +22,12 @@ pub enum Phase {
     LdRelocInit,
     Atime,
     CowFaults,
+    CowFaultTime,
     ExitTeardown,
     SpawnCost,
 }
 
-pub const PHASES: [Phase; 16] = [
+pub const PHASES: [Phase; 17] = [
     Phase::Fork,
     Phase::PagetableCopy,
     Phase::VforkWait,
@@ -41,6 +42,7 @@ pub const PHASES: [Phase; 16] = [
     Phase::LdRelocInit,
     Phase::Atime,
     Phase::CowFaults,
+    Phase::CowFaultTime,
     Phase::ExitTeardown,
     Phase::SpawnCost,
 ];
@@ -62,6 +64,7 @@ impl Phase {
             Self::LdRelocInit => "ld_reloc_init",
             Self::Atime => "atime",
             Self::CowFaults => "cow_faults",
+            Self::CowFaultTime => "cow_fault_time",
             Self::ExitTeardown => "exit_teardown",
             Self::SpawnCost => "spawn_cost",
         }
@@ -119,6 +122,7 @@ impl Phases {
             }
         }
         let mut cow = p.spawn.as_ref().map(|_| 0u64);
+        let mut cow_ns = 0u64;
         // 0 is "not measured" (a process that was not a fork child while traced).
         ph.set(
             Phase::ChildRun,
@@ -130,6 +134,7 @@ impl Phases {
                 ph.add(Phase::ExecPrepare, e.exec_prepare_ns);
                 ph.add(Phase::ExecLoad, e.exec_load_ns);
                 cow = Some(cow.unwrap_or(0).saturating_add(e.cow_faults));
+                cow_ns = cow_ns.saturating_add(e.cow_fault_ns);
             } else {
                 ph.add(Phase::ExecFailed, e.exec_ns);
             }
@@ -160,12 +165,15 @@ impl Phases {
         }
         if let Some(x) = &p.exit {
             cow = cow.map(|c| c.saturating_add(x.cow_faults));
+            cow_ns = cow_ns.saturating_add(x.cow_fault_ns);
             if x.notified {
                 ph.set(Phase::ExitTeardown, Some(x.exit_teardown_ns));
             }
         }
         if p.method.copies_address_space() {
             ph.set(Phase::CowFaults, cow);
+            // Only where do_wp_page could be hooked; 0 reads as not measured.
+            ph.set(Phase::CowFaultTime, (cow_ns > 0).then_some(cow_ns));
         }
         let parts: Vec<u64> = Phase::SPAWN_COST_PARTS
             .iter()

@@ -45,6 +45,7 @@ pub struct ExecAttempt {
     pub atime_count: u32,
     pub atime_ns: u64,
     pub cow_faults: u64,
+    pub cow_fault_ns: u64,
 }
 
 impl ExecAttempt {
@@ -67,6 +68,7 @@ impl ExecAttempt {
             atime_count: r.atime_count,
             atime_ns: r.atime_ns,
             cow_faults: r.cow_faults,
+            cow_fault_ns: r.cow_fault_ns,
         }
     }
 }
@@ -126,6 +128,7 @@ pub struct Exit {
     pub exit_ns: u64,
     pub exit_teardown_ns: u64,
     pub cow_faults: u64,
+    pub cow_fault_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -372,6 +375,7 @@ impl Trace {
                     exit_ns: r.exit_ns,
                     exit_teardown_ns: r.exit_teardown_ns,
                     cow_faults: r.cow_faults,
+                    cow_fault_ns: r.cow_fault_ns,
                 });
             }
         }

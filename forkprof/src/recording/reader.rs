@@ -176,18 +176,22 @@ impl Recording {
                 parent_comm,
             }));
         }
-        // Schema 1 had no static_start_ns and no child_run_ns: those read as not measured (0).
-        let v2 = |column: &'static str| {
-            if self.schema_version() >= 2 {
+        // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns: those
+        // read as not measured (0).
+        let since = |version: u32, column: &'static str| {
+            if self.schema_version() >= version {
                 column
             } else {
                 "0"
             }
         };
+        let v2 = |column| since(2, column);
+        let v3 = |column| since(3, column);
         let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
-                    exec_load_ns, atime_count, atime_ns, cow_faults, {} FROM execs",
-            v2("child_run_ns")
+                    exec_load_ns, atime_count, atime_ns, cow_faults, {}, {} FROM execs",
+            v2("child_run_ns"),
+            v3("cow_fault_ns")
         ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
@@ -204,6 +208,7 @@ impl Recording {
                 atime_ns: r.get::<_, i64>(12)? as u64,
                 cow_faults: r.get::<_, i64>(13)? as u64,
                 child_run_ns: r.get::<_, i64>(14)? as u64,
+                cow_fault_ns: r.get::<_, i64>(15)? as u64,
                 path: [0; PATH_LEN],
                 args: [[0; ARG_LEN]; ARG_SLOTS],
             };
@@ -237,8 +242,9 @@ impl Recording {
         }
         let mut s = self.conn.prepare(&format!(
             "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns, cow_faults,
-                    exit_ns, comm, {} FROM exits",
-            v2("child_run_ns")
+                    exit_ns, comm, {}, {} FROM exits",
+            v2("child_run_ns"),
+            v3("cow_fault_ns")
         ))?;
         let mut rows = s.query([])?;
         while let Some(r) = rows.next()? {
@@ -252,6 +258,7 @@ impl Recording {
                 cow_faults: r.get::<_, i64>(6)? as u64,
                 exit_ns: r.get::<_, i64>(7)? as u64,
                 child_run_ns: r.get::<_, i64>(9)? as u64,
+                cow_fault_ns: r.get::<_, i64>(10)? as u64,
                 comm,
             }));
         }

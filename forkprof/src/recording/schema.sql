@@ -1,4 +1,4 @@
--- forkprof recording schema, version 1 (see docs/recording.md).
+-- forkprof recording schema, version 3 (see docs/recording.md).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- One row per fork-family syscall of a traced process (threads included, method 'thread').
 CREATE TABLE spawns (
@@ -15,7 +15,7 @@ CREATE TABLE execs (
     tid INTEGER NOT NULL, path TEXT NOT NULL, args TEXT, argc INTEGER NOT NULL,
     errno INTEGER NOT NULL, exec_ns INTEGER NOT NULL, exec_prepare_ns INTEGER NOT NULL,
     exec_load_ns INTEGER NOT NULL, atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
-    cow_faults INTEGER NOT NULL, child_run_ns INTEGER NOT NULL);
+    cow_faults INTEGER NOT NULL, child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL);
 -- One row per dynamic-linker window after a successful exec.
 CREATE TABLE lds (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
@@ -26,7 +26,7 @@ CREATE TABLE exits (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
     exit_code INTEGER NOT NULL, notified INTEGER NOT NULL, exit_teardown_ns INTEGER NOT NULL,
     cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL,
-    child_run_ns INTEGER NOT NULL);
+    child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL);
 -- Written when the recording ends: one row per process, and its phases.
 CREATE TABLE processes (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, parent_pid INTEGER,

@@ -89,7 +89,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     .join(&0u8)
             });
             tx.prepare_cached(
-                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
+                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
             )?
             .execute(params![
                 r.hdr.proc.pid,
@@ -107,6 +107,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 r.atime_ns as i64,
                 r.cow_faults as i64,
                 r.child_run_ns as i64,
+                r.cow_fault_ns as i64,
             ])?;
         }
         Record::Ld(r) => {
@@ -127,7 +128,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 ])?;
         }
         Record::Exit(r) => {
-            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)")?
+            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")?
                 .execute(params![
                     r.hdr.proc.pid,
                     r.hdr.proc.start_ns as i64,
@@ -139,6 +140,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     r.exit_ns as i64,
                     text_or_blob(c_bytes(&r.comm)),
                     r.child_run_ns as i64,
+                    r.cow_fault_ns as i64,
                 ])?;
         }
     }

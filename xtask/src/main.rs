@@ -6,6 +6,8 @@
 //! - test:  setup, then fmt and clippy (warnings denied, eBPF crate included), unit tests,
 //!   and the end-to-end tests that load the real eBPF programs (root).
 //! - demo:  setup, build, and `forkprof run` on a built-in spawn workload.
+//! - vm-test: forkprof's functional checks on Debian's 6.1 and 6.12 kernels, in qemu (also
+//!   the last step of `test`, unless `--no-vm` or a test filter is given).
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -14,6 +16,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod synth;
+mod vm;
 
 #[derive(Parser)]
 struct Cli {
@@ -27,12 +30,20 @@ enum Task {
     Setup,
     /// Check formatting and lints, then run every test (the eBPF ones need root).
     Test {
+        /// Skip `vm-test` (Debian's kernels in qemu, a few minutes).
+        #[arg(long)]
+        no_vm: bool,
         /// Arguments passed to the test binaries (e.g. a test name filter).
         #[arg(trailing_var_arg = true)]
         filter: Vec<String>,
     },
     /// Build and run forkprof on a built-in workload, showing its report.
     Demo,
+    /// Boot Debian's kernels in qemu and run forkprof's functional checks inside.
+    VmTest {
+        #[command(flatten)]
+        args: vm::VmArgs,
+    },
     /// Run the fuzz targets (fuzz/) for a while.
     Fuzz {
         /// Seconds per target.
@@ -69,6 +80,10 @@ const APT_PACKAGES: &[&str] = &[
     "gcc",
     "libc6-dev",
     "libssl-dev",
+    // cargo xtask vm-test: Debian's kernels booted in qemu from an initramfs
+    "qemu-system-x86",
+    "cpio",
+    "busybox-static",
 ];
 
 pub fn root() -> PathBuf {
@@ -179,7 +194,7 @@ fn cargo() -> Command {
     c
 }
 
-fn test(filter: &[String]) -> Result<()> {
+fn test(filter: &[String], no_vm: bool) -> Result<()> {
     setup()?;
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args([
@@ -233,9 +248,17 @@ fn test(filter: &[String]) -> Result<()> {
     if filter.is_empty() {
         fuzz(FUZZ_SECONDS)?;
     }
+    let vm = if filter.is_empty() && !no_vm {
+        vm::run_vm(&vm::VmArgs {
+            kernel: vm::Which::All,
+            update_readme: false,
+        })
+    } else {
+        Ok(())
+    };
     // One closing line for the whole run (cargo prints one per test binary).
     println!("tests: {passed} passed, {failed} failed");
-    Ok(())
+    vm
 }
 
 /// Runs `cargo test`, passing its output through, and adds up its "test result" lines.
@@ -317,7 +340,8 @@ fn demo() -> Result<()> {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Setup => setup(),
-        Task::Test { filter } => test(&filter),
+        Task::Test { filter, no_vm } => test(&filter, no_vm),
+        Task::VmTest { args } => vm::run_vm(&args),
         Task::Demo => demo(),
         Task::Fuzz { seconds } => fuzz(seconds),
         Task::Bench { args } => bench::run(&args),

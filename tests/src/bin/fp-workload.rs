@@ -9,6 +9,8 @@
 //!                                  heart of glibc's posix_spawn, without the wrapper's mmap
 //!                                  and munmap of the child's stack and its signal masks.
 //!                                  With FP_RSS_MIB=N the parent first touches N MiB.
+//!   mix COUNT PROGRAM              COUNT children each by fork, vfork and posix_spawn, in
+//!                                  that order, each exec'ing PROGRAM and waited for
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
 //!   exit CODE                      exit with CODE
 //!   kill SIGNAL                    kill itself with SIGNAL
@@ -349,6 +351,13 @@ fn main() {
                 count,
                 total / u64::from(count.max(1))
             );
+        }
+        "mix" => {
+            let count: u32 = arg(1).parse().unwrap_or_else(|_| die("bad COUNT"));
+            for method in ["fork", "vfork", "posix_spawn"] {
+                spawn(method, count, Some(arg(2)));
+            }
+            println!("{{\"mix\":{count}}}");
         }
         "execvp" => {
             let name = cstring(arg(1));

@@ -1,0 +1,547 @@
+//! forkprof's functional checks inside a qemu guest (`cargo xtask vm-test`), and on the host
+//! `fp-vmcheck support-table LABEL=DOCTOR.json...`, which turns `forkprof doctor --json`
+//! outputs into a markdown table of phase sources (rows: phases, columns: kernels).
+//!
+//! In the guest (no arguments) every check prints one line, `VMCHECK <name> PASS|FAIL|SKIP
+//! <detail>`, then `VMCHECK-DONE passed=N failed=M`. `VMDOCTOR <json>` carries doctor's JSON
+//! out. Everything it runs lives under /fp/.
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const FORKPROF: &str = "/fp/forkprof";
+const WORKLOAD: &str = "/fp/fp-workload";
+const DYN: &str = "/fp/dyn_true";
+const STATIC: &str = "/fp/static_true";
+/// No single forkprof command may take longer (the verifier is slow under TCG).
+const TIMEOUT: Duration = Duration::from_secs(240);
+/// The phases `mix` exercises, which must be counted unless `sources` says "not measured".
+const EXERCISED: &[&str] = &[
+    "fork",
+    "vfork_wait",
+    "exec",
+    "exec_prepare",
+    "exec_load",
+    "ld_start",
+    "ld_map",
+    "ld_reloc_init",
+    "pagetable_copy",
+    "child_run",
+    "exit_teardown",
+    "spawn_cost",
+    "cow_faults",
+];
+/// Row order of the support table; phases not listed here follow, sorted.
+const PHASE_ORDER: &[&str] = &[
+    "fork",
+    "pagetable_copy",
+    "vfork_wait",
+    "child_run",
+    "exec",
+    "exec_prepare",
+    "exec_load",
+    "exec_failed",
+    "static_start",
+    "ld_start",
+    "ld_map",
+    "ld_reloc_init",
+    "atime",
+    "cow_faults",
+    "cow_fault_time",
+    "exit_teardown",
+    "spawn_cost",
+];
+
+/// What a command did: its exit code (128+N when killed by signal N), or None when it could
+/// not start or timed out, and its output.
+struct Ran {
+    code: Option<i32>,
+    what: String,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    /// The exit status and the tail of stderr, for a detail line.
+    fn brief(&self) -> String {
+        let tail: Vec<&str> = self.stderr.lines().rev().take(3).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("{}; stderr: {}", self.what, clip(&tail.join(" | "), 400))
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// Runs `args` with stdout and stderr in files (no pipe to fill), killed after `TIMEOUT`.
+fn exec(args: &[&str]) -> Ran {
+    let ran = |code, what: String| Ran {
+        code,
+        what,
+        stdout: std::fs::read_to_string("/tmp/vmcheck.out").unwrap_or_default(),
+        stderr: std::fs::read_to_string("/tmp/vmcheck.err").unwrap_or_default(),
+    };
+    let files =
+        File::create("/tmp/vmcheck.out").and_then(|o| Ok((o, File::create("/tmp/vmcheck.err")?)));
+    let spawned = files.and_then(|(out, err)| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+    });
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return ran(None, format!("cannot start {}: {e}", args[0])),
+    };
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                let code = st.code().or(st.signal().map(|s| 128 + s));
+                let what = match st.signal() {
+                    Some(s) => format!("killed by signal {s}"),
+                    None => format!("exit {}", code.unwrap_or(-1)),
+                };
+                return ran(code, what);
+            }
+            Ok(None) if start.elapsed() > TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return ran(None, format!("timed out after {}s", TIMEOUT.as_secs()));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(e) => return ran(None, format!("wait failed: {e}")),
+        }
+    }
+}
+
+fn read_json(path: &str) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))
+}
+
+/// `forkprof run ARGS`, expecting exit 0, and its JSON report at `report`.
+fn run_report(args: &[&str], report: &str) -> Result<Value, String> {
+    let _ = std::fs::remove_file(report);
+    let mut all = vec![FORKPROF, "run", "--json", "--report", report, "--"];
+    all.extend_from_slice(args);
+    let ran = exec(&all);
+    if ran.code != Some(0) {
+        return Err(format!("forkprof run: {}", ran.brief()));
+    }
+    read_json(report)
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+/// The reason after "not measured", if `source` says a phase is not measured.
+fn not_measured(source: &str) -> Option<&str> {
+    source
+        .strip_prefix("not measured")
+        .map(|r| r.trim_start_matches([':', ' ']).trim())
+}
+
+fn doctor() -> Result<String, String> {
+    let ran = exec(&[FORKPROF, "doctor", "--json"]);
+    let doc: Value = serde_json::from_str(ran.stdout.trim())
+        .map_err(|e| format!("doctor --json: {}; stdout not JSON: {e}", ran.brief()))?;
+    if doc.is_object() {
+        println!("VMDOCTOR {doc}");
+    }
+    if ran.code != Some(0) {
+        return Err(format!("doctor --json: {}", ran.brief()));
+    }
+    let hooks = doc["hooks"]
+        .as_array()
+        .ok_or("doctor --json: no hooks array")?;
+    let (mut attached, mut failed, mut bad) = (Vec::new(), Vec::new(), Vec::new());
+    for h in hooks {
+        let name = h["hook"].as_str().unwrap_or("?");
+        // A required job's alternatives (another tracepoint layout, a kprobe where fentry
+        // works) may fail; the source it uses must not.
+        let required = h["required"].as_bool() == Some(true) && h["used"].as_bool() == Some(true);
+        match h["status"].as_str() {
+            Some("attached") => attached.push(name.to_string()),
+            Some("failed") => {
+                let error = clip(h["error"].as_str().unwrap_or("no reason"), 80);
+                failed.push(format!("{name} ({error})"));
+                if required {
+                    bad.push(format!("required {name} failed: {error}"));
+                }
+            }
+            other => bad.push(format!("{name}: status {other:?}")),
+        }
+    }
+    for h in hooks {
+        let job = h["job"].as_str().unwrap_or("?");
+        let uses = |g: &&Value| g["job"].as_str() == Some(job) && g["used"].as_bool() == Some(true);
+        if h["required"].as_bool() == Some(true) && !hooks.iter().any(|g| uses(&g)) {
+            bad.push(format!("required job {job} has no source attached"));
+        }
+    }
+    bad.dedup();
+    let hooks = format!(
+        "attached [{}]; failed [{}]",
+        attached.join(", "),
+        failed.join(", ")
+    );
+    if !bad.is_empty() {
+        return Err(format!("{}; {hooks}", bad.join("; ")));
+    }
+    let plain = exec(&[FORKPROF, "doctor"]);
+    if plain.stdout.contains("not tried") || plain.stderr.contains("not tried") {
+        return Err(format!(
+            "plain doctor says \"not tried\" ({}); {hooks}",
+            plain.what
+        ));
+    }
+    Ok(hooks)
+}
+
+fn run_mix(report: &Value) -> Result<String, String> {
+    let processes = report["summary"]["processes"].as_u64();
+    let methods = &report["methods"];
+    let want = [("fork", 50), ("vfork", 50), ("posix_spawn", 50)];
+    let mut wrong: Vec<String> = want
+        .iter()
+        .filter(|(m, n)| methods[*m].as_u64().unwrap_or(0) != *n)
+        .map(|(m, n)| format!("{m}={} (want {n})", methods[*m]))
+        .collect();
+    if let Some(obj) = methods.as_object() {
+        for (m, n) in obj {
+            // The root (CMD) has no spawn record, so `methods` may leave its `unknown` out.
+            let max = if m == "unknown" { 1 } else { 0 };
+            if !want.iter().any(|(w, _)| w == m) && n.as_u64().is_none_or(|n| n > max) {
+                wrong.push(format!("{m}={n} (want at most {max})"));
+            }
+        }
+    }
+    if processes != Some(151) {
+        wrong.push(format!("processes={processes:?} (want 151)"));
+    }
+    let detail = format!("processes={processes:?} methods={methods}");
+    if wrong.is_empty() {
+        Ok(detail)
+    } else {
+        Err(format!("{}; {detail}", wrong.join(", ")))
+    }
+}
+
+fn phases_measured(report: &Value) -> Result<String, String> {
+    let sources = report["sources"].as_object().ok_or("no sources object")?;
+    let (mut measured, mut unmeasured, mut bad) = (Vec::new(), Vec::new(), Vec::new());
+    for (phase, source) in sources {
+        let source = source.as_str().unwrap_or("");
+        if let Some(reason) = not_measured(source) {
+            unmeasured.push(format!("{phase} ({})", clip(reason, 60)));
+            if reason.is_empty() {
+                bad.push(format!("{phase}: \"not measured\" without a reason"));
+            }
+        }
+    }
+    let optional = sources
+        .contains_key("cow_fault_time")
+        .then_some("cow_fault_time");
+    for &phase in EXERCISED.iter().chain(optional.iter()) {
+        let source = sources.get(phase).and_then(Value::as_str).unwrap_or("");
+        if not_measured(source).is_some() {
+            continue;
+        }
+        match report["phases"][phase]["count"].as_u64() {
+            Some(n) if n > 0 => measured.push(phase),
+            n => bad.push(format!("{phase} count {n:?} (source {source:?})")),
+        }
+    }
+    let detail = format!(
+        "measured [{}]; not measured [{}]",
+        measured.join(", "),
+        unmeasured.join(", ")
+    );
+    if bad.is_empty() {
+        Ok(detail)
+    } else {
+        Err(format!("{}; {detail}", bad.join("; ")))
+    }
+}
+
+fn invariants(report: &Value) -> Result<String, String> {
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let source = |p: &str| report["sources"][p].as_str().unwrap_or("");
+    let ld_measured = ["ld_start", "ld_map", "ld_reloc_init"]
+        .iter()
+        .all(|p| not_measured(source(p)).is_none());
+    let (mut checked, mut violations) = (0, Vec::new());
+    for p in procs {
+        let pid = &p["pid"];
+        let ph = |name: &str| num(&p["phases"][name]);
+        if let (Some(pt), Some(fork)) = (ph("pagetable_copy"), ph("fork")) {
+            checked += 1;
+            if pt > fork {
+                violations.push(format!("pid {pid}: pagetable_copy {pt} > fork {fork}"));
+            }
+        }
+        if let (Some(prep), Some(load), Some(exec)) =
+            (ph("exec_prepare"), ph("exec_load"), ph("exec"))
+        {
+            checked += 1;
+            if prep + load > exec || prep + load < 0.5 * exec {
+                violations.push(format!(
+                    "pid {pid}: exec_prepare {prep} + exec_load {load} vs exec {exec}"
+                ));
+            }
+        }
+        if ld_measured && p["binary"].as_str() == Some(DYN) {
+            checked += 1;
+            let missing: Vec<&str> = ["ld_start", "ld_map", "ld_reloc_init"]
+                .into_iter()
+                .filter(|n| ph(n).is_none())
+                .collect();
+            if !missing.is_empty() {
+                violations.push(format!("pid {pid} ({DYN}): no {}", missing.join(", ")));
+            }
+        }
+    }
+    let detail = format!("{} processes, {checked} invariants checked", procs.len());
+    if violations.is_empty() {
+        return Ok(detail);
+    }
+    let first: Vec<&str> = violations.iter().take(5).map(String::as_str).collect();
+    Err(format!(
+        "{} violations: {}; {detail}",
+        violations.len(),
+        first.join("; ")
+    ))
+}
+
+fn lineage(report: &Value) -> Result<String, String> {
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let root = procs
+        .iter()
+        .find(|p| p["method"] == "unknown")
+        .ok_or("no root process (method unknown)")?;
+    let root_pid = &root["pid"];
+    let mut bad = Vec::new();
+    for p in procs.iter().filter(|p| p["pid"] != *root_pid) {
+        if p["parent_pid"] != *root_pid {
+            bad.push(format!(
+                "pid {} parent {} (root {root_pid})",
+                p["pid"], p["parent_pid"]
+            ));
+        }
+        if p["binary"].as_str() != Some(DYN) {
+            bad.push(format!("pid {} binary {}", p["pid"], p["binary"]));
+        }
+    }
+    let detail = format!("root {root_pid} with {} children", procs.len() - 1);
+    if bad.is_empty() {
+        return Ok(detail);
+    }
+    let first: Vec<&str> = bad.iter().take(5).map(String::as_str).collect();
+    Err(format!(
+        "{} wrong: {}; {detail}",
+        bad.len(),
+        first.join("; ")
+    ))
+}
+
+fn exit_codes() -> Result<String, String> {
+    let cases: [(&[&str], i32); 3] = [
+        (&[WORKLOAD, "exit", "3"], 3),
+        (&[WORKLOAD, "kill", "9"], 137),
+        (&["/nonexistent"], 127),
+    ];
+    let (mut seen, mut ok) = (Vec::new(), true);
+    for (cmd, want) in cases {
+        let mut args = vec![FORKPROF, "run", "--"];
+        args.extend_from_slice(cmd);
+        let ran = exec(&args);
+        ok &= ran.code == Some(want);
+        let mut line = format!("{} -> {} (want {want})", cmd.join(" "), ran.what);
+        if ran.code != Some(want) {
+            line = format!("{line}: {}", ran.brief());
+        }
+        seen.push(line);
+    }
+    let detail = seen.join("; ");
+    if ok { Ok(detail) } else { Err(detail) }
+}
+
+fn static_start() -> Result<String, String> {
+    let report = run_report(&[WORKLOAD, "spawn", "fork", "5", STATIC], "/tmp/st.json")?;
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let kids: Vec<&Value> = procs.iter().filter(|p| p["binary"] == STATIC).collect();
+    let mut bad = Vec::new();
+    if kids.len() != 5 {
+        bad.push(format!("{} processes of {STATIC} (want 5)", kids.len()));
+    }
+    for p in &kids {
+        let ph = &p["phases"];
+        if num(&ph["static_start"]).is_none() {
+            bad.push(format!("pid {}: no static_start", p["pid"]));
+        }
+        if num(&ph["ld_map"]).is_some_and(|v| v > 0.0) {
+            bad.push(format!("pid {}: ld_map {}", p["pid"], ph["ld_map"]));
+        }
+    }
+    let starts: Vec<String> = kids
+        .iter()
+        .map(|p| p["phases"]["static_start"].to_string())
+        .collect();
+    let detail = format!("static_start [{}]", starts.join(", "));
+    if bad.is_empty() {
+        Ok(detail)
+    } else {
+        Err(format!("{}; {detail}", bad.join("; ")))
+    }
+}
+
+fn record_report() -> Result<String, String> {
+    let db = "/tmp/r.db";
+    let _ = std::fs::remove_file(db);
+    let ran = exec(&[FORKPROF, "run", "-o", db, "--", WORKLOAD, "mix", "5", DYN]);
+    if ran.code != Some(0) {
+        return Err(format!("forkprof run -o: {}", ran.brief()));
+    }
+    let ran = exec(&[FORKPROF, "report", db, "--format", "json"]);
+    if ran.code != Some(0) {
+        return Err(format!("forkprof report: {}", ran.brief()));
+    }
+    let doc: Value =
+        serde_json::from_str(&ran.stdout).map_err(|e| format!("report: not JSON: {e}"))?;
+    match doc["summary"]["processes"].as_u64() {
+        Some(16) => Ok(format!("16 processes; methods {}", doc["methods"])),
+        n => Err(format!(
+            "processes {n:?} (want 16); methods {}",
+            doc["methods"]
+        )),
+    }
+}
+
+/// Counts the verdicts and prints each as one `VMCHECK` line.
+#[derive(Default)]
+struct Tally {
+    passed: u32,
+    failed: u32,
+}
+
+impl Tally {
+    fn say(&mut self, name: &str, verdict: &str, detail: &str) {
+        match verdict {
+            "PASS" => self.passed += 1,
+            "FAIL" => self.failed += 1,
+            _ => {}
+        }
+        let detail = clip(&detail.replace('\n', " | "), 1500);
+        println!("VMCHECK {name} {verdict} {detail}");
+    }
+
+    fn check(&mut self, name: &str, result: Result<String, String>) {
+        match result {
+            Ok(d) => self.say(name, "PASS", &d),
+            Err(d) => self.say(name, "FAIL", &d),
+        }
+    }
+}
+
+fn guest() -> i32 {
+    let mut t = Tally::default();
+    t.check("doctor", doctor());
+    let mix = run_report(&[WORKLOAD, "mix", "50", DYN], "/tmp/mix.json");
+    t.check("run-mix-151", mix.clone().and_then(|r| run_mix(&r)));
+    type Check = fn(&Value) -> Result<String, String>;
+    let on_mix: [(&str, Check); 3] = [
+        ("phases-measured", phases_measured),
+        ("invariants", invariants),
+        ("lineage", lineage),
+    ];
+    for (name, f) in on_mix {
+        match &mix {
+            Ok(report) => t.check(name, f(report)),
+            Err(_) => t.say(name, "SKIP", "no report (see run-mix-151)"),
+        }
+    }
+    t.check("exit-codes", exit_codes());
+    t.check("static-start", static_start());
+    t.check("record-report", record_report());
+    println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);
+    i32::from(t.failed > 0)
+}
+
+/// Markdown table of phase sources; `columns` are LABEL=FILE, FILE a doctor JSON (or absent).
+fn support_table(columns: &[String]) -> i32 {
+    let docs: Vec<(String, Option<Value>)> = columns
+        .iter()
+        .map(|c| {
+            let (label, path) = c.split_once('=').unwrap_or((c, ""));
+            (
+                label.to_string(),
+                read_json(path).ok().filter(Value::is_object),
+            )
+        })
+        .collect();
+    let mut phases: Vec<String> = PHASE_ORDER.iter().map(|p| p.to_string()).collect();
+    let mut extra: Vec<String> = docs
+        .iter()
+        .filter_map(|(_, d)| d.as_ref()?["phases"].as_object())
+        .flat_map(|m| m.keys().cloned())
+        .filter(|p| !phases.contains(p))
+        .collect();
+    extra.sort();
+    extra.dedup();
+    phases.extend(extra);
+    phases.retain(|p| {
+        docs.iter()
+            .any(|(_, d)| d.as_ref().is_some_and(|d| !d["phases"][p].is_null()))
+    });
+    // Sources in full; a "not measured" reason shortened.
+    let cell = |s: &str| match not_measured(s) {
+        Some(_) => clip(s, 80).replace('|', "\\|"),
+        None => s.replace('|', "\\|"),
+    };
+    let mut header = "| phase |".to_string();
+    for (label, doc) in &docs {
+        let release = doc
+            .as_ref()
+            .and_then(|d| d["kernel"].as_str())
+            .unwrap_or("no data");
+        header.push_str(&format!(" {label} ({}) |", cell(release)));
+    }
+    println!("{header}");
+    println!("|---|{}", "---|".repeat(docs.len()));
+    for phase in &phases {
+        let mut row = format!("| `{phase}` |");
+        for (_, doc) in &docs {
+            let text = doc
+                .as_ref()
+                .and_then(|d| d["phases"][phase].as_str())
+                .unwrap_or("—");
+            row.push_str(&format!(" {} |", cell(text)));
+        }
+        println!("{row}");
+    }
+    0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        None => guest(),
+        Some("support-table") => support_table(&args[1..]),
+        Some(other) => {
+            eprintln!("fp-vmcheck: unknown command {other} (none, or support-table LABEL=FILE...)");
+            2
+        }
+    };
+    std::process::exit(code);
+}

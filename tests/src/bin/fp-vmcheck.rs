@@ -406,6 +406,38 @@ fn static_start() -> Result<String, String> {
     }
 }
 
+/// A fork child waits while its parent writes `PAGES` pages: the child's `cow_faults` counts
+/// them (the parent's faults inside the child's window), and where the kernel lets forkprof
+/// hook `do_wp_page`, `cow_fault_time` has their time.
+fn cow() -> Result<String, String> {
+    const PAGES: f64 = 200.0;
+    let report = run_report(&[WORKLOAD, "cow", "200"], "/tmp/cow.json")?;
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let kids: Vec<&Value> = procs.iter().filter(|p| p["method"] == "fork").collect();
+    let [child] = kids[..] else {
+        return Err(format!("{} fork children (want 1)", kids.len()));
+    };
+    let faults = num(&child["phases"]["cow_faults"]).ok_or("no cow_faults")?;
+    if (faults - PAGES).abs() > 0.05 * PAGES {
+        return Err(format!("cow_faults {faults} for {PAGES} pages written"));
+    }
+    let source = report["sources"]["cow_fault_time"].as_str().unwrap_or("");
+    let time = num(&child["phases"]["cow_fault_time"]);
+    match (not_measured(source), time) {
+        (Some(_), None) => Ok(format!(
+            "cow_faults {faults}; cow_fault_time not measured here"
+        )),
+        (None, Some(ns)) if ns > 0.0 => Ok(format!(
+            "cow_faults {faults}; cow_fault_time {:.0} µs ({source})",
+            ns / 1e3
+        )),
+        (why, time) => Err(format!(
+            "cow_fault_time {time:?} but source {source:?} (not measured: {})",
+            why.is_some()
+        )),
+    }
+}
+
 fn record_report() -> Result<String, String> {
     let db = "/tmp/r.db";
     let _ = std::fs::remove_file(db);
@@ -473,6 +505,7 @@ fn guest() -> i32 {
     }
     t.check("exit-codes", exit_codes());
     t.check("static-start", static_start());
+    t.check("cow", cow());
     t.check("record-report", record_report());
     println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);
     i32::from(t.failed > 0)

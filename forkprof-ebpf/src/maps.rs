@@ -134,6 +134,30 @@ pub fn count_lost(index: u32) {
     }
 }
 
+/// The current thread's fork in flight, when any fork window is open anywhere.
+#[inline(always)]
+pub fn fork_in_flight() -> Option<&'static mut ForkState> {
+    if active(active::FORKS) == 0 {
+        return None;
+    }
+    let (_, tid) = current_ids();
+    let fs = FORKS.get_ptr_mut(tid)?;
+    // SAFETY: this thread's map value; only this thread writes it.
+    Some(unsafe { &mut *fs })
+}
+
+/// The current process's state, when a window of kind `index` (`active::*`) is open anywhere.
+#[inline(always)]
+pub fn process_in_window(index: u32) -> Option<&'static mut ProcState> {
+    if active(index) == 0 {
+        return None;
+    }
+    let (tgid, _) = current_ids();
+    let ps = PROCS.get_ptr_mut(tgid)?;
+    // SAFETY: map value of a traced process.
+    Some(unsafe { &mut *ps })
+}
+
 /// The state of a traced process; in trace-all mode a process first seen now is added with
 /// `start_ns == 0` ("existed before tracing").
 #[inline(always)]

@@ -90,21 +90,9 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     }
 }
 
-/// The current process's state when a dynamic-linker window is open anywhere.
-#[inline(always)]
-fn in_window() -> Option<&'static mut ProcState> {
-    if maps::active(active::LD) == 0 {
-        return None;
-    }
-    let (tgid, _) = maps::current_ids();
-    let ps = PROCS.get_ptr_mut(tgid)?;
-    // SAFETY: map value of a traced process.
-    Some(unsafe { &mut *ps })
-}
-
 /// uprobe on ld.so's `_dl_debug_state`: its first call ends `ld_start`; later ones are ignored.
 pub fn on_debug_state() {
-    let Some(ps) = in_window() else {
+    let Some(ps) = maps::process_in_window(active::LD) else {
         return;
     };
     if ps.ld_state == ld_state::START {
@@ -115,7 +103,7 @@ pub fn on_debug_state() {
 
 /// uprobe on libc's `__libc_start_main`: relocation and constructors are done.
 pub fn on_libc_start_main() {
-    let Some(ps) = in_window() else {
+    let Some(ps) = maps::process_in_window(active::LD) else {
         return;
     };
     if ps.ld_state == ld_state::RELOC {

@@ -9,7 +9,7 @@
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{ProcState, active};
 
-use crate::maps::{self, FORKS, PROCS};
+use crate::maps::{self, PROCS};
 
 /// x86 page-fault error code bits: the page was present, and the access was a write.
 const PF_PROT_WRITE: u64 = 0x1 | 0x2;
@@ -25,12 +25,9 @@ pub fn on_lock_acquired(ctx: &RawTracePointContext, write: usize, success: usize
     if write & 0xff == 0 || success & 0xff == 0 {
         return;
     }
-    let (_, tid) = maps::current_ids();
-    let Some(fs) = FORKS.get_ptr_mut(tid) else {
+    let Some(fs) = maps::fork_in_flight() else {
         return;
     };
-    // SAFETY: this thread's map value.
-    let fs = unsafe { &mut *fs };
     // dup_mmap runs before task_newtask; the first write lock in the syscall is the parent's mm.
     if fs.pt_mm == 0 && fs.created_ns == 0 {
         fs.pt_mm = ctx.arg(0);
@@ -48,12 +45,9 @@ pub fn on_lock_released(ctx: &RawTracePointContext, write: usize) {
     if write & 0xff == 0 {
         return;
     }
-    let (_, tid) = maps::current_ids();
-    let Some(fs) = FORKS.get_ptr_mut(tid) else {
+    let Some(fs) = maps::fork_in_flight() else {
         return;
     };
-    // SAFETY: this thread's map value.
-    let fs = unsafe { &mut *fs };
     let mm: u64 = ctx.arg(0);
     if fs.pt_mm == mm && fs.pt_ns == 0 {
         fs.pt_ns = maps::now() - fs.pt_start;
@@ -62,31 +56,20 @@ pub fn on_lock_released(ctx: &RawTracePointContext, write: usize) {
 
 /// Entry of dup_mmap (fentry or kprobe): only a fork syscall calls it, in the parent.
 pub fn on_dup_mmap_entry() {
-    if maps::active(active::FORKS) == 0 {
-        return;
-    }
-    let (_, tid) = maps::current_ids();
-    if let Some(fs) = FORKS.get_ptr_mut(tid) {
-        // SAFETY: this thread's map value.
-        let fs = unsafe { &mut *fs };
-        if fs.pt_start == 0 {
-            fs.pt_start = maps::now();
-        }
+    if let Some(fs) = maps::fork_in_flight()
+        && fs.pt_start == 0
+    {
+        fs.pt_start = maps::now();
     }
 }
 
 /// Return of dup_mmap (fexit or kretprobe).
 pub fn on_dup_mmap_return() {
-    if maps::active(active::FORKS) == 0 {
-        return;
-    }
-    let (_, tid) = maps::current_ids();
-    if let Some(fs) = FORKS.get_ptr_mut(tid) {
-        // SAFETY: this thread's map value.
-        let fs = unsafe { &mut *fs };
-        if fs.pt_start != 0 && fs.pt_ns == 0 {
-            fs.pt_ns = maps::now() - fs.pt_start;
-        }
+    if let Some(fs) = maps::fork_in_flight()
+        && fs.pt_start != 0
+        && fs.pt_ns == 0
+    {
+        fs.pt_ns = maps::now() - fs.pt_start;
     }
 }
 
@@ -112,14 +95,7 @@ pub fn on_page_fault(ctx: &RawTracePointContext) {
 /// The process inside a copy-on-write window (its own, or as a parent of one), if any.
 #[inline(always)]
 fn cow_process() -> Option<&'static mut ProcState> {
-    if maps::active(active::COW) == 0 {
-        return None;
-    }
-    let (tgid, _) = maps::current_ids();
-    let ps = PROCS.get_ptr_mut(tgid)?;
-    // SAFETY: map value of a traced process.
-    let ps = unsafe { &mut *ps };
-    (ps.in_cow_window != 0 || ps.cow_children != 0).then_some(ps)
+    maps::process_in_window(active::COW).filter(|ps| ps.in_cow_window != 0 || ps.cow_children != 0)
 }
 
 /// Entry of do_wp_page (fentry or kprobe): a write fault on a present, write-protected page.

@@ -1,0 +1,126 @@
+//! `forkprof report` on a fixed recording (tests/fixtures/demo.db, `forkprof run -o` of
+//! `fp-workload demo`) gives byte-for-byte the outputs in tests/fixtures/golden/: the table,
+//! JSON, CSV, folded stacks and the Perfetto timeline. A refactor that changes any number,
+//! key or order fails here. `FORKPROF_UPDATE_GOLDEN=1 cargo test -p forkprof --test golden`
+//! rewrites them after an intended change (review the diff). Needs no root.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// A private copy of the recording: reading it may leave SQLite files beside it.
+fn recording(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("forkprof-golden-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("demo.db");
+    std::fs::copy(fixtures().join("demo.db"), &db).unwrap();
+    (dir, db)
+}
+
+fn check(name: &str, actual: &[u8]) {
+    let golden = fixtures().join("golden").join(name);
+    if std::env::var_os("FORKPROF_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read(&golden).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (FORKPROF_UPDATE_GOLDEN=1 writes it)",
+            golden.display()
+        )
+    });
+    if actual != expected.as_slice() {
+        let got = std::env::temp_dir().join(format!("forkprof-golden-{name}"));
+        std::fs::write(&got, actual).unwrap();
+        panic!(
+            "{name} differs from {}; the new output is in {} (diff them)",
+            golden.display(),
+            got.display()
+        );
+    }
+}
+
+/// Runs `forkprof report DB ARGS` and checks its stdout against `name`.
+fn report(name: &str, args: &[&str]) {
+    let (dir, db) = recording(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+        .arg("report")
+        .arg(&db)
+        .args(args)
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check(name, &out.stdout);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn table() {
+    report("table.txt", &[]);
+}
+
+#[test]
+fn json_with_processes() {
+    report("processes.json", &["--format", "json", "--processes"]);
+}
+
+#[test]
+fn by_parent_json() {
+    report("by_parent.json", &["--by", "parent", "--format", "json"]);
+}
+
+#[test]
+fn by_method_csv() {
+    report("by_method.csv", &["--by", "method", "--format", "csv"]);
+}
+
+#[test]
+fn by_ancestry_sorted_and_cut() {
+    report(
+        "ancestry.json",
+        &[
+            "--by", "ancestry", "--sort", "p99", "--top", "5", "--format", "json",
+        ],
+    );
+}
+
+#[test]
+fn filtered_by_binary_and_time() {
+    report(
+        "filtered.json",
+        &[
+            "--filter", "true", "--from", "100ms", "--to", "500ms", "--format", "json",
+        ],
+    );
+}
+
+#[test]
+fn folded_stacks_and_perfetto() {
+    let (dir, db) = recording("files");
+    let (folded, perfetto) = (dir.join("out.folded"), dir.join("out.json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+        .arg("report")
+        .arg(&db)
+        .arg("--folded")
+        .arg(&folded)
+        .arg("--perfetto")
+        .arg(&perfetto)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check("folded.txt", &std::fs::read(&folded).unwrap());
+    check("perfetto.json", &std::fs::read(&perfetto).unwrap());
+    let _ = std::fs::remove_dir_all(dir);
+}

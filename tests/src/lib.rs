@@ -1,6 +1,10 @@
-//! Helpers for forkprof's end-to-end tests. These tests load the real eBPF programs into the
-//! running kernel and trace real processes, so they need root; they fail (not skip) without it,
-//! because `cargo xtask test` runs them as root in CI.
+//! Helpers for forkprof's end-to-end tests. Most of these tests load the real eBPF programs
+//! into the running kernel and trace real processes, so they need root. Like aya's integration
+//! tests, such a test started without root prints one line saying why and returns (it passes:
+//! Rust's test harness has no runtime skip), so that a plain `cargo test` works anywhere.
+//! `cargo xtask test` runs them as root and sets `FORKPROF_REQUIRE_ROOT=1`: there a missing
+//! root fails the test, so CI never skips silently.
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -29,13 +33,64 @@ pub fn workload() -> PathBuf {
     target_dir().join("fp-workload")
 }
 
-pub fn require_root() {
+/// Whether this process runs as root (effective uid 0).
+pub fn has_root() -> bool {
     // SAFETY: geteuid has no preconditions.
-    assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
-        "end-to-end tests load eBPF programs and must run as root (cargo xtask test)"
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether a test that needs root must fail rather than skip without it:
+/// `FORKPROF_REQUIRE_ROOT` is set to anything but empty or `0` (`cargo xtask test` sets 1).
+pub fn root_required() -> bool {
+    std::env::var_os("FORKPROF_REQUIRE_ROOT").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Proof that the test runs as root, from [`root_or_skip`].
+#[derive(Clone, Copy, Debug)]
+pub struct Root(());
+
+/// `Some` when the test runs as root. Otherwise, under `FORKPROF_REQUIRE_ROOT=1` it panics;
+/// without it, it prints `skipped: <test>: needs root <why> ...` once and returns `None`, and
+/// the test returns. The line goes straight to stderr, past the harness's output capture, so
+/// that a skip shows in a plain `cargo test`. Tests use [`needs_root!`].
+#[must_use = "the test must return when this is None"]
+pub fn root_or_skip(test: &str, why: &str) -> Option<Root> {
+    if has_root() {
+        return Some(Root(()));
+    }
+    assert!(
+        !root_required(),
+        "{test}: needs root {why}, and FORKPROF_REQUIRE_ROOT is set: run it as root (cargo xtask test does)"
     );
+    let line = format!("skipped: {test}: needs root {why} (cargo xtask test runs it as root)\n");
+    // One write, so that lines of tests running in parallel do not mix.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    None
+}
+
+/// The path of the function this expands in, e.g. `run::threads_are_counted_apart`.
+#[macro_export]
+macro_rules! function_name {
+    () => {{
+        fn f() {}
+        let name = ::std::any::type_name_of_val(&f);
+        name.strip_suffix("::f").unwrap_or(name)
+    }};
+}
+
+/// First line of a test that needs root: without root it prints why it skips and returns from
+/// the test (see [`root_or_skip`]). `needs_root!()` is for tests that load eBPF programs;
+/// `needs_root!("to ...")` gives another reason.
+#[macro_export]
+macro_rules! needs_root {
+    () => {
+        $crate::needs_root!("to load eBPF programs")
+    };
+    ($why:expr) => {
+        if $crate::root_or_skip($crate::function_name!(), $why).is_none() {
+            return;
+        }
+    };
 }
 
 pub struct Run {
@@ -88,7 +143,10 @@ pub fn run_traced(cmd: &[&str], configure: impl FnOnce(&mut Command)) -> Run {
 
 /// As `run_traced`, with extra `forkprof run` flags.
 pub fn run_traced_with(flags: &[&str], cmd: &[&str], configure: impl FnOnce(&mut Command)) -> Run {
-    require_root();
+    assert!(
+        has_root(),
+        "forkprof run needs root: start the test with forkprof_tests::needs_root!()"
+    );
     let dir = tempdir();
     let report_path = dir.join("report.json");
     let mut c = Command::new(forkprof());

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use forkprof_tests::{Run, run_traced, run_traced_with, tempdir, workload};
+use forkprof_tests::{Run, needs_root, run_traced, run_traced_with, tempdir, workload};
 use serde_json::Value;
 
 fn mean(v: &[f64]) -> f64 {
@@ -49,6 +49,7 @@ fn workload_mean_call_ns(run: &Run) -> f64 {
 /// the heart of posix_spawn, which forkprof counts as posix_spawn too.
 #[test]
 fn fork_latency_matches_the_parents_own_timing() {
+    needs_root!();
     let w = workload();
     for (method, program) in [
         ("fork-raw", None),
@@ -83,6 +84,7 @@ fn fork_latency_matches_the_parents_own_timing() {
 /// child_run of 2 ms plus its return from fork; a vfork child that execs at once, a few µs.
 #[test]
 fn child_run_is_the_childs_own_time_before_exec_or_exit() {
+    needs_root!();
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork-spin", "50"], |_| {});
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -126,6 +128,7 @@ fn child_run_is_the_childs_own_time_before_exec_or_exit() {
 /// about one fault.
 #[test]
 fn libc_fork_residue_is_the_wrapper_and_one_cow_fault() {
+    needs_root!();
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork", "200"], |_| {});
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -158,6 +161,7 @@ fn libc_fork_residue_is_the_wrapper_and_one_cow_fault() {
 
 #[test]
 fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
+    needs_root!();
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork", "5"], |c| {
         c.env("FP_RSS_MIB", "1024");
@@ -187,6 +191,7 @@ fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
 
 #[test]
 fn cow_faults_match_the_pages_the_parent_wrote() {
+    needs_root!();
     let w = workload();
     let pages = 3000.0;
     let run = run_traced(&[w.to_str().unwrap(), "cow", "3000"], |_| {});
@@ -301,6 +306,7 @@ fn static_start_mean(run: &Run, binary: &str) -> f64 {
 
 #[test]
 fn exec_and_dynamic_linker_match_exec_to_main() {
+    needs_root!();
     let fx = Fixtures::build();
     let n = 40;
     let mut ld_map = Vec::new();
@@ -346,6 +352,7 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
 /// so exec + ld_* covers exec → main even more closely.
 #[test]
 fn precise_ld_matches_exec_to_main() {
+    needs_root!();
     let fx = Fixtures::build();
     for binary in ["main_dynamic", "main_libs"] {
         let (truth, run) = exec_to_main(&fx, &["--precise-ld"], binary, 30);
@@ -439,6 +446,7 @@ fn atime_updates(fx: &Fixtures, options: &str) -> (u64, u64) {
 
 #[test]
 fn atime_updates_match_the_binarys_atime_changes() {
+    needs_root!();
     let fx = Fixtures::build();
     let (changes, traced) = atime_updates(&fx, "strictatime");
     eprintln!("strictatime: stat saw {changes} atime changes, forkprof {traced} updates");

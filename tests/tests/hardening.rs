@@ -4,7 +4,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    forkprof, programs_loaded, require_root, run_traced, run_traced_with, tempdir, wait_unloaded,
+    forkprof, needs_root, programs_loaded, run_traced, run_traced_with, tempdir, wait_unloaded,
     workload,
 };
 
@@ -28,7 +28,7 @@ fn bad_command_lines_exit_2_with_a_clap_message() {
 
 #[test]
 fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
-    require_root();
+    needs_root!();
     let w = workload();
     let out = Command::new(forkprof())
         .args(["run", "--"])
@@ -50,7 +50,7 @@ fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
 
 #[test]
 fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
-    require_root();
+    needs_root!();
     let mut fp = Command::new(forkprof())
         .args(["run", "--", "sleep", "4"])
         .stderr(Stdio::null())
@@ -68,7 +68,7 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
 
 #[test]
 fn two_instances_do_not_disturb_each_other() {
-    require_root();
+    needs_root!();
     let w = workload();
     let w2 = w.clone();
     let a = std::thread::spawn(move || {
@@ -97,7 +97,7 @@ fn two_instances_do_not_disturb_each_other() {
 
 #[test]
 fn processes_in_another_pid_namespace_keep_their_lineage() {
-    require_root();
+    needs_root!();
     let w = workload();
     let run = run_traced(
         &["unshare", "-fp", w.to_str().unwrap(), "spawn", "fork", "10"],
@@ -122,7 +122,7 @@ fn processes_in_another_pid_namespace_keep_their_lineage() {
 
 #[test]
 fn hostile_names_and_arguments_are_escaped_everywhere() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let name = std::ffi::OsStr::from_bytes(b"fp-odd\nname-\xff");
     let odd = dir.join(name);
@@ -188,7 +188,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 #[test]
 fn a_full_disk_stops_the_recording_not_the_report() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let mnt = dir.join("small");
     std::fs::create_dir_all(&mnt).unwrap();
@@ -228,28 +228,128 @@ fn a_full_disk_stops_the_recording_not_the_report() {
     assert_eq!(report["methods"]["fork"], 3000);
 }
 
+/// The eBPF object that forkprof's build script made (`target/<profile>/build/forkprof-<hash>/
+/// out/forkprof`, the OUT_DIR of forkprof's build script, where aya-build leaves it for
+/// `include_bytes_aligned!`). There is one such directory per build configuration; the newest
+/// object is the one the last build embedded.
+fn built_ebpf_object() -> std::path::PathBuf {
+    let build = forkprof_tests::target_dir().join("build");
+    let mut newest: Option<(std::time::SystemTime, std::path::PathBuf)> = None;
+    for entry in std::fs::read_dir(&build).unwrap_or_else(|e| panic!("{}: {e}", build.display())) {
+        let dir = entry.unwrap().path();
+        // forkprof-<hash>, not forkprof-ebpf-<hash> or forkprof-common-<hash>.
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(hash) = name.strip_prefix("forkprof-") else {
+            continue;
+        };
+        if !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+            continue;
+        }
+        let object = dir.join("out/forkprof");
+        if let Ok(modified) = std::fs::metadata(&object).and_then(|m| m.modified())
+            && newest.as_ref().is_none_or(|(t, _)| modified > *t)
+        {
+            newest = Some((modified, object));
+        }
+    }
+    let (_, object) = newest.unwrap_or_else(|| {
+        panic!(
+            "no eBPF object in {}/forkprof-*/out: build forkprof first",
+            build.display()
+        )
+    });
+    object
+}
+
+/// The helper ids of every helper call in the object's executable sections: a BPF
+/// instruction is 8 bytes (code, dst_reg:4 | src_reg:4, off:16, imm:32, little-endian for
+/// bpfel); a call (BPF_JMP | BPF_CALL, 0x85) with src_reg 0 calls helper `imm` (src_reg 1 is
+/// a call of a BPF function, 2 of a kfunc). `lddw` (0x18) takes two slots.
+fn helper_calls(object: &[u8]) -> Vec<u32> {
+    use object::{Object as _, ObjectSection as _};
+    let file = object::File::parse(object).expect("the eBPF object is an ELF file");
+    assert_eq!(file.architecture(), object::Architecture::Bpf);
+    assert!(file.is_little_endian(), "bpfel");
+    let mut calls = Vec::new();
+    for section in file.sections() {
+        let object::SectionFlags::Elf { sh_flags } = section.flags() else {
+            unreachable!("an ELF section")
+        };
+        if sh_flags & u64::from(object::elf::SHF_EXECINSTR) == 0 {
+            continue;
+        }
+        let code = section.data().unwrap();
+        let name = section.name().unwrap_or("?");
+        assert_eq!(code.len() % 8, 0, "{name}: not whole instructions");
+        let mut insns = code.chunks_exact(8);
+        while let Some(insn) = insns.next() {
+            match insn[0] {
+                0x85 if insn[1] >> 4 == 0 => {
+                    calls.push(u32::from_le_bytes(insn[4..8].try_into().unwrap()));
+                }
+                0x18 => {
+                    insns.next();
+                }
+                _ => {}
+            }
+        }
+    }
+    calls
+}
+
+/// The programs never write user memory, send signals or change a function's return value.
+/// Checked on the built object, not the sources, so that no macro or dependency can hide a
+/// call. Helper ids from the kernel's include/uapi/linux/bpf.h (`__BPF_FUNC_MAPPER`).
 #[test]
 fn the_kernel_programs_only_read() {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../forkprof-ebpf/src");
-    let mut files = vec![src.join("main.rs"), src.join("maps.rs")];
-    for e in std::fs::read_dir(src.join("probes")).unwrap() {
-        files.push(e.unwrap().path());
+    const KTIME_GET_NS: u32 = 5;
+    const FORBIDDEN: [(u32, &str); 4] = [
+        (36, "bpf_probe_write_user"),
+        (58, "bpf_override_return"),
+        (109, "bpf_send_signal"),
+        (117, "bpf_send_signal_thread"),
+    ];
+    let path = built_ebpf_object();
+    let object = std::fs::read(&path).unwrap();
+    assert!(
+        !object.is_empty(),
+        "{} is empty: forkprof was built with AYA_BUILD_SKIP=1",
+        path.display()
+    );
+    let calls = helper_calls(&object);
+    let mut ids = std::collections::BTreeMap::<u32, usize>::new();
+    for &id in &calls {
+        *ids.entry(id).or_default() += 1;
     }
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        for forbidden in ["probe_write_user", "send_signal", "override_return"] {
-            assert!(
-                !text.contains(forbidden),
-                "{} uses {forbidden}",
-                f.display()
-            );
-        }
+    eprintln!(
+        "{}: {} helper calls, by helper id: {ids:?}",
+        path.display(),
+        calls.len()
+    );
+    assert!(
+        calls.len() > 20,
+        "only {} helper calls found in {}: the scan is broken",
+        calls.len(),
+        path.display()
+    );
+    assert!(
+        ids.contains_key(&KTIME_GET_NS),
+        "bpf_ktime_get_ns never called in {}: the scan is broken",
+        path.display()
+    );
+    for (id, helper) in FORBIDDEN {
+        assert!(
+            !ids.contains_key(&id),
+            "{} calls {helper} ({} times)",
+            path.display(),
+            ids[&id]
+        );
     }
 }
 
 #[test]
 fn spawn_storm_reconciles_with_the_workloads_own_count() {
-    require_root();
+    needs_root!();
     let w = workload();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
     // Recorded too: the writer thread must keep up as well.
@@ -295,7 +395,7 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
 
 #[test]
 fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -331,7 +431,7 @@ fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
 
 #[test]
 fn record_p_of_a_process_that_is_gone_says_so() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let mut gone = Command::new("true").spawn().unwrap();
     let pid = gone.id();
@@ -349,7 +449,7 @@ fn record_p_of_a_process_that_is_gone_says_so() {
 
 #[test]
 fn a_reused_pid_is_two_processes_with_their_own_execs() {
-    require_root();
+    needs_root!();
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "reuse"], |_| {});
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -373,7 +473,7 @@ fn a_reused_pid_is_two_processes_with_their_own_execs() {
 
 #[test]
 fn nothing_world_writable_is_left_behind() {
-    require_root();
+    needs_root!();
     use std::os::unix::fs::PermissionsExt as _;
     let tmp = std::env::temp_dir();
     let listing = || -> std::collections::BTreeSet<std::path::PathBuf> {
@@ -423,7 +523,7 @@ fn nothing_world_writable_is_left_behind() {
 /// `forkprof bench` stopped by a signal removes its working directory and exits 128 + N.
 #[test]
 fn bench_stopped_by_a_signal_cleans_up() {
-    require_root();
+    needs_root!();
     for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
         let child = Command::new(forkprof())
             .args(["bench", "--rows", "fork+exec dynamic"])

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, require_root, tempdir};
+use forkprof_tests::{forkprof, needs_root, tempdir};
 
 /// A uniquely named copy of `true` and a shell loop that runs it `n` times.
 fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
@@ -91,7 +91,7 @@ impl Drop for Tmux {
 
 #[test]
 fn top_in_a_real_terminal() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let (_, script) = probe(&dir, "fp-top-probe", 100_000);
     let t = Tmux::new("fptop");
@@ -165,7 +165,7 @@ fn top_in_a_real_terminal() {
 
 #[test]
 fn top_without_a_tty_prints_plain_lines() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let (_, script) = probe(&dir, "fp-plain-probe", 100_000);
     let mut load = Command::new("sh").args(["-c", &script]).spawn().unwrap();
@@ -229,7 +229,7 @@ fn query(prom: u16, q: &str) -> Option<f64> {
 
 #[test]
 fn monitor_is_scraped_by_a_real_prometheus() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let port = free_port();
     let monitor = Killed(
@@ -316,7 +316,7 @@ fn monitor_is_scraped_by_a_real_prometheus() {
 
 #[test]
 fn monitor_on_a_busy_or_bad_address_exits_1() {
-    require_root();
+    needs_root!();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     for bad in [addr.as_str(), "256.1.1.1:80", "not-an-address"] {

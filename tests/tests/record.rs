@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use forkprof_tests::{forkprof, require_root, run_traced_with, tempdir, workload};
+use forkprof_tests::{forkprof, needs_root, run_traced_with, tempdir, workload};
 use serde_json::Value;
 
 fn report_json(file: &Path, extra: &[&str]) -> (i32, Value, String) {
@@ -36,6 +36,7 @@ fn sqlite(file: &Path, sql: &str) -> String {
 
 #[test]
 fn run_o_records_what_run_reports() {
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("run.db");
     let w = workload();
@@ -82,6 +83,7 @@ fn run_o_records_what_run_reports() {
 
 #[test]
 fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("user.db");
     let out = Command::new(forkprof())
@@ -133,7 +135,7 @@ fn binary_row<'a>(rep: &'a Value, needle: &str) -> Option<&'a Value> {
 
 #[test]
 fn record_system_wide_for_a_duration() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("sys.db");
     let (_, script) = outsider(&dir, 40);
@@ -163,7 +165,7 @@ fn record_system_wide_for_a_duration() {
 
 #[test]
 fn record_p_follows_one_tree_only() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("tree.db");
     let (bin, script) = outsider(&dir, 30);
@@ -207,7 +209,7 @@ fn record_p_follows_one_tree_only() {
 
 #[test]
 fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("killed.db");
     let (_, script) = outsider(&dir, 1_000_000);
@@ -234,6 +236,7 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
 
 #[test]
 fn bad_files_get_one_line_and_exit_2() {
+    needs_root!();
     let dir = tempdir();
     // A real recording to damage.
     let good = dir.join("good.db");
@@ -297,6 +300,7 @@ fn bad_files_get_one_line_and_exit_2() {
 
 #[test]
 fn flamegraph_folded_and_perfetto_outputs() {
+    needs_root!();
     let dir = tempdir();
     let db = dir.join("f.db");
     let w = workload();
@@ -373,7 +377,7 @@ fn flamegraph_folded_and_perfetto_outputs() {
 /// binary's `static_start` is then not measured, never 0, and the rest is unchanged.
 #[test]
 fn a_schema_1_recording_still_reads() {
-    require_root();
+    needs_root!();
     let dir = tempdir();
     let bin = dir.join("static_true");
     let src = dir.join("static_true.c");

@@ -3,7 +3,7 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, run_traced, tempdir, workload};
+use forkprof_tests::{forkprof, needs_root, run_traced, tempdir, workload};
 
 const N: u64 = 25;
 
@@ -20,6 +20,7 @@ fn spawn_run(method: &str, program: Option<&str>) -> forkprof_tests::Run {
 
 #[test]
 fn counts_each_method_exactly() {
+    needs_root!();
     for (method, program) in [
         ("fork", None),
         ("fork", Some("/bin/true")),
@@ -51,6 +52,7 @@ fn counts_each_method_exactly() {
 
 #[test]
 fn threads_are_counted_apart() {
+    needs_root!();
     let run = spawn_run("thread", None);
     assert_eq!(run.summary("threads"), N);
     assert_eq!(run.summary("processes"), 1);
@@ -59,6 +61,7 @@ fn threads_are_counted_apart() {
 
 #[test]
 fn execvp_path_search_shows_every_failed_attempt() {
+    needs_root!();
     let dir = tempdir();
     let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
     for d in &dirs {
@@ -100,6 +103,7 @@ fn execvp_path_search_shows_every_failed_attempt() {
 
 #[test]
 fn exit_statuses_propagate() {
+    needs_root!();
     let w = workload();
     let w = w.to_str().unwrap();
     for (cmd, code) in [
@@ -121,6 +125,7 @@ fn exit_statuses_propagate() {
 
 #[test]
 fn missing_command_exits_127_like_a_shell() {
+    needs_root!();
     let out = Command::new(forkprof())
         .args(["run", "--", "fp-no-such-command-anywhere"])
         .output()
@@ -135,6 +140,7 @@ fn missing_command_exits_127_like_a_shell() {
 
 #[test]
 fn forwards_sigterm_and_exits_128_plus_signal() {
+    needs_root!();
     let mut child = Command::new(forkprof())
         .args(["run", "--json", "--", "sleep", "30"])
         .stdout(Stdio::null())
@@ -152,6 +158,7 @@ fn forwards_sigterm_and_exits_128_plus_signal() {
 
 #[test]
 fn unrelated_processes_never_appear() {
+    needs_root!();
     // A uniquely named copy of `true`, run by an untraced shell while a traced run is going.
     let dir = tempdir();
     let outsider = dir.join("fp-outsider-bin");
@@ -186,6 +193,7 @@ fn unrelated_processes_never_appear() {
 
 #[test]
 fn unprivileged_run_gets_one_clear_line_and_exit_1() {
+    needs_root!("to drop to nobody with setpriv");
     let out = Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -205,6 +213,7 @@ fn unprivileged_run_gets_one_clear_line_and_exit_1() {
 
 #[test]
 fn under_sudo_the_command_runs_as_the_invoking_user() {
+    needs_root!();
     let dir = tempdir();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let report = dir.join("report.txt");
@@ -241,7 +250,7 @@ fn under_sudo_the_command_runs_as_the_invoking_user() {
 
 #[test]
 fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
-    forkprof_tests::require_root();
+    needs_root!();
     let out = Command::new(forkprof())
         .args([
             "bench",

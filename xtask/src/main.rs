@@ -243,7 +243,9 @@ fn test(filter: &[String], no_vm: bool) -> Result<()> {
             // Every test binary runs even after one fails, so one run shows every failure.
             .args(["--no-fail-fast", "--lib", "--bins", "--tests", "--"])
             .args(["--test-threads", "1"])
-            .args(filter),
+            .args(filter)
+            // Here a test that needs root fails rather than skips (tests/src/lib.rs).
+            .env("FORKPROF_REQUIRE_ROOT", "1"),
     )?;
     if filter.is_empty() {
         fuzz(FUZZ_SECONDS)?;

@@ -1,0 +1,155 @@
+//! The `--json` document, with the keys, order and three-decimal numbers it has always had.
+use anyhow::Result;
+use serde::{Serialize, Serializer};
+
+use super::BenchArgs;
+use super::bpf_stats::ProgStat;
+use super::measure::Row;
+use super::report::Machine;
+use super::stats::{max, median, median_ci90, min};
+
+/// A number written rounded to three decimals, as the JSON has always had them.
+#[derive(Clone, Copy)]
+struct Dec3(f64);
+
+impl Serialize for Dec3 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // the decimal `{:.3}` writes, so that no digit beyond it sneaks in
+        let rounded = format!("{:.3}", self.0).parse().unwrap_or(self.0);
+        s.serialize_f64(rounded)
+    }
+}
+
+fn dec3(values: &[f64]) -> Vec<Dec3> {
+    values.iter().copied().map(Dec3).collect()
+}
+
+/// The JSON document (`--json`).
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    iterations: u32,
+    pairs: u32,
+    max_background: f64,
+    machine: &'a Machine,
+    forkprof_check: Option<&'a str>,
+    runs: Vec<JsonRun<'a>>,
+    bpf_stats: Option<&'a [ProgStat]>,
+}
+
+/// One row of the table in the JSON document; percentages are overheads, ratios are not.
+#[derive(Serialize)]
+struct JsonRun<'a> {
+    run: &'a str,
+    available: bool,
+    reason: Option<&'a str>,
+    median_us: Option<Dec3>,
+    min_us: Option<Dec3>,
+    max_us: Option<Dec3>,
+    overhead_pct: Option<Dec3>,
+    overhead_ci90_pct: Option<[Dec3; 2]>,
+    samples_us: Vec<Dec3>,
+    ratios: Option<Vec<Dec3>>,
+    background_cpus: Vec<Dec3>,
+    noisy_pairs: usize,
+}
+
+impl<'a> JsonRun<'a> {
+    fn new(row: &'a Row) -> Self {
+        let pct = |r: f64| Dec3((r - 1.0) * 100.0);
+        let us = row.us();
+        let ratios = row.ratios.as_deref();
+        JsonRun {
+            run: row.label,
+            available: row.unavailable.is_none(),
+            reason: row.unavailable.as_deref(),
+            median_us: median(&us).map(Dec3),
+            min_us: min(&us).map(Dec3),
+            max_us: max(&us).map(Dec3),
+            overhead_pct: ratios.and_then(median).map(pct),
+            overhead_ci90_pct: ratios
+                .and_then(median_ci90)
+                .map(|(lo, hi)| [pct(lo), pct(hi)]),
+            samples_us: dec3(&us),
+            ratios: ratios.map(dec3),
+            background_cpus: dec3(&row.background()),
+            noisy_pairs: row.noisy_pairs,
+        }
+    }
+}
+
+/// The results as one JSON document, on one line.
+pub(super) fn json(
+    args: &BenchArgs,
+    machine: &Machine,
+    rows: &[Row],
+    check: Option<&str>,
+    stats: Option<&[ProgStat]>,
+) -> Result<String> {
+    Ok(serde_json::to_string(&JsonReport {
+        iterations: args.iterations,
+        pairs: args.pairs,
+        max_background: args.max_background,
+        machine,
+        forkprof_check: check,
+        runs: rows.iter().map(JsonRun::new).collect(),
+        bpf_stats: stats,
+    })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::measure::Sample;
+    use crate::bench::report::tests::{args, machine, rows};
+
+    #[test]
+    fn json_has_the_documented_keys_in_order() {
+        let stats = [ProgStat {
+            name: "forkprof_sys_enter".to_owned(),
+            run_ns: 1_005_879,
+            runs: 3565,
+        }];
+        let text = json(&args(), &machine(), &rows(), Some("saw"), Some(&stats)).unwrap();
+        assert_eq!(
+            text,
+            concat!(
+                r#"{"iterations":2000,"pairs":2,"max_background":0.25,"#,
+                r#""machine":{"nproc":2,"cpu":"A \"quoted\"\tCPU\n","kernel":"6.12.0"},"#,
+                r#""forkprof_check":"saw","runs":["#,
+                r#"{"run":"bare","available":true,"reason":null,"median_us":1000.75,"#,
+                r#""min_us":1000.0,"max_us":1001.5,"overhead_pct":null,"overhead_ci90_pct":null,"#,
+                r#""samples_us":[1000.0,1001.5],"ratios":null,"background_cpus":[0.1,0.3],"#,
+                r#""noisy_pairs":0},"#,
+                r#"{"run":"forkprof run","available":true,"reason":null,"median_us":1150.9,"#,
+                r#""min_us":1100.0,"max_us":1201.8,"overhead_pct":15.0,"overhead_ci90_pct":null,"#,
+                r#""samples_us":[1100.0,1201.8],"ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
+                r#""noisy_pairs":1},"#,
+                r#"{"run":"strace -f -c","available":false,"#,
+                r#""reason":"package strace could not be installed","median_us":null,"#,
+                r#""min_us":null,"max_us":null,"overhead_pct":null,"overhead_ci90_pct":null,"#,
+                r#""samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
+                r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}]}"#,
+            )
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["machine"]["cpu"], "A \"quoted\"\tCPU\n");
+    }
+
+    #[test]
+    fn json_numbers_have_three_decimals_and_intervals_are_pairs() {
+        let mut row = Row::new("forkprof run", true);
+        row.samples = vec![Sample {
+            us: 1255.57849,
+            background: 0.0,
+        }];
+        row.ratios = Some(vec![1.01, 1.02, 1.03, 1.04, 1.05]);
+        let text = json(&args(), &machine(), &[row], None, None).unwrap();
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let run = &parsed["runs"][0];
+        assert_eq!(run["median_us"], 1255.578);
+        assert_eq!(run["overhead_pct"], 3.0);
+        assert_eq!(run["overhead_ci90_pct"], serde_json::json!([1.0, 5.0]));
+        assert_eq!(parsed["forkprof_check"], serde_json::Value::Null);
+        assert_eq!(parsed["bpf_stats"], serde_json::Value::Null);
+    }
+}

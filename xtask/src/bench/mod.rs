@@ -1,0 +1,148 @@
+//! `cargo xtask bench`: forkprof's overhead on a fork+exec loop, side by side with peers.
+//!
+//! The workload is `bench/spawn_loop.c`: fork + execl of a dynamically linked
+//! `int main(){return 0;}` (`bench/true_dyn.c`) + waitpid, N iterations. The loop times
+//! itself with CLOCK_MONOTONIC and prints microseconds per iteration, so a tracer's own
+//! start-up and tear-down are not in the number.
+//!
+//! Every tool (an A/A control that is the bare loop again, forkprof run, strace -f -c,
+//! perf trace -s, bench/phases.bt under bpftrace) is run in pairs with a bare run just
+//! before it (bare, tool, bare, tool, ...), and its overhead is the median of the per-pair
+//! ratios, with a distribution-free 90% interval. Runs get a fixed minimal environment and
+//! their own cgroup, so that the load of other processes can be measured and noisy pairs
+//! run again. A tool that cannot run here is reported with the reason and left out; the
+//! rest of the bench goes on. See BENCHMARKS.md.
+mod background;
+mod bpf_stats;
+mod json;
+mod measure;
+mod report;
+mod stats;
+mod tools;
+
+use anyhow::{Result, bail};
+
+use background::Clock;
+use measure::Row;
+use tools::{ALL_TOOLS, Paths, Tool, Unavailable};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// fork+exec+wait iterations in each run of the loop.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    iterations: u32,
+    /// Alternating (bare, tool) pairs per tool; overheads are medians of per-pair ratios.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pairs: u32,
+    /// Tools to compare with bare runs (comma-separated; default: all of them).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Tool>,
+    /// A run during which other processes kept more than this many CPUs busy (on average)
+    /// is noisy: its pair is run again, up to --retries times, then kept and flagged.
+    #[arg(long, default_value_t = 0.25)]
+    max_background: f64,
+    /// How many times a noisy pair is run again before it is kept anyway.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10))]
+    retries: u32,
+    /// After the pairs, one more forkprof run with kernel.bpf_stats_enabled=1: the time each
+    /// of its eBPF programs ran, per hit and per iteration (needs bpftool).
+    #[arg(long)]
+    bpf_stats: bool,
+    /// Print the results as one JSON document on stdout (progress stays on stderr).
+    #[arg(long)]
+    json: bool,
+    /// Use target/release/forkprof as it is instead of running `cargo build --release`.
+    #[arg(long)]
+    no_build: bool,
+    /// Do not install missing packages (gcc, strace, linux-perf, bpftrace) with apt-get.
+    #[arg(long)]
+    no_install: bool,
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    check(args)?;
+    let tools: Vec<Tool> = if args.only.is_empty() {
+        ALL_TOOLS.to_vec()
+    } else {
+        ALL_TOOLS
+            .into_iter()
+            .filter(|t| args.only.contains(t))
+            .collect()
+    };
+    let paths = Paths::new();
+    let mut unavailable = Unavailable::new();
+    prepare(args, &tools, &paths, &mut unavailable)?;
+    let clock = Clock::new()?;
+    let active = measure::warm_up(&paths, &clock, &tools, args.iterations, &mut unavailable)?;
+    let (bare, rows) = measure::pairs(args, &paths, &clock, &active)?;
+    let rows = in_table_order(bare, rows, &tools, &active, &unavailable);
+    let forkprof_ran = active.contains(&Tool::Forkprof);
+    let stats = if args.bpf_stats && forkprof_ran {
+        bpf_stats::measure(&paths, args.iterations)
+            .inspect_err(|e| eprintln!("xtask: bench: --bpf-stats: {e:#}"))
+            .ok()
+    } else {
+        None
+    };
+    let check = forkprof_ran
+        .then(|| report::forkprof_check(&paths))
+        .flatten();
+    report::print(args, &rows, check.as_deref(), stats.as_deref())
+}
+
+/// What the bench needs before it starts: root, and sane arguments.
+fn check(args: &BenchArgs) -> Result<()> {
+    if !crate::is_root() {
+        bail!(
+            "the bench loads eBPF programs (forkprof, bpftrace, perf trace): \
+             run `cargo xtask bench` as root"
+        );
+    }
+    if !(args.max_background.is_finite() && args.max_background > 0.0) {
+        bail!("--max-background must be a positive number of CPUs");
+    }
+    Ok(())
+}
+
+/// Installs what the tools need, mounts tracefs, builds forkprof and the loop. Tools that
+/// cannot be made ready are added to `unavailable`.
+fn prepare(
+    args: &BenchArgs,
+    tools: &[Tool],
+    paths: &Paths,
+    unavailable: &mut Unavailable,
+) -> Result<()> {
+    tools::ensure_packages(tools, args.no_install, unavailable)?;
+    tools::ensure_tracefs(tools, unavailable);
+    if tools.contains(&Tool::Forkprof) && !args.no_build {
+        tools::build_forkprof()?;
+    }
+    tools::compile_loop(paths)
+}
+
+/// The rows of the table: bare first, then every selected tool in order, those that did
+/// not run with the reason.
+fn in_table_order(
+    bare: Row,
+    measured: Vec<Row>,
+    tools: &[Tool],
+    active: &[Tool],
+    unavailable: &Unavailable,
+) -> Vec<Row> {
+    let mut rows = vec![bare];
+    let mut measured = measured.into_iter();
+    for &tool in tools {
+        if active.contains(&tool) {
+            rows.extend(measured.next());
+            continue;
+        }
+        let why = unavailable
+            .iter()
+            .find(|(t, _)| *t == tool)
+            .map_or_else(|| "not run".to_owned(), |(_, why)| why.clone());
+        let mut row = Row::new(tool.label(), true);
+        row.unavailable = Some(why);
+        rows.push(row);
+    }
+    rows
+}

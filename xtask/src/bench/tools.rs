@@ -1,0 +1,293 @@
+//! The tools compared with bare runs: how each is started, and what it needs installed.
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+/// The tools compared with bare runs, in the order of the table.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tool {
+    /// the bare loop again: an A/A control that shows the noise floor
+    Control,
+    /// `forkprof run` (default mode)
+    Forkprof,
+    /// `strace -f -c -o /dev/null`
+    Strace,
+    /// `perf trace -s -o /dev/null`
+    Perf,
+    /// `bpftrace bench/phases.bt`
+    Bpftrace,
+}
+
+pub(super) const ALL_TOOLS: [Tool; 5] = [
+    Tool::Control,
+    Tool::Forkprof,
+    Tool::Strace,
+    Tool::Perf,
+    Tool::Bpftrace,
+];
+
+/// Tools that cannot run here, each with the reason.
+pub(super) type Unavailable = Vec<(Tool, String)>;
+
+impl Tool {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Tool::Control => "bare again (A/A)",
+            Tool::Forkprof => "forkprof run",
+            Tool::Strace => "strace -f -c",
+            Tool::Perf => "perf trace -s",
+            Tool::Bpftrace => "bpftrace phases.bt",
+        }
+    }
+
+    /// The Debian package that provides the tool, if it is not built here.
+    fn package(self) -> Option<&'static str> {
+        match self {
+            Tool::Control | Tool::Forkprof => None,
+            Tool::Strace => Some("strace"),
+            Tool::Perf => Some("linux-perf"),
+            Tool::Bpftrace => Some("bpftrace"),
+        }
+    }
+}
+
+/// Paths of everything a run needs.
+pub(super) struct Paths {
+    pub(super) dir: PathBuf,
+    pub(super) spawn_loop: PathBuf,
+    pub(super) true_dyn: PathBuf,
+    pub(super) forkprof: PathBuf,
+    phases_bt: PathBuf,
+}
+
+impl Paths {
+    pub(super) fn new() -> Self {
+        let root = crate::root();
+        let dir = root.join("target/bench");
+        Paths {
+            spawn_loop: dir.join("spawn_loop"),
+            true_dyn: dir.join("true_dyn"),
+            forkprof: root.join("target/release/forkprof"),
+            phases_bt: root.join("bench/phases.bt"),
+            dir,
+        }
+    }
+
+    /// The command line of one run: the loop alone (`tool` None) or under a tool.
+    pub(super) fn command(&self, tool: Option<Tool>, iterations: u32) -> Result<Command> {
+        let n = iterations.to_string();
+        let mut cmd = match tool {
+            None | Some(Tool::Control) => Command::new(&self.spawn_loop),
+            Some(Tool::Forkprof) => {
+                let mut c = Command::new(&self.forkprof);
+                c.args(["run", "--json", "--report"])
+                    .arg(self.dir.join("forkprof-report.json"))
+                    .arg("--")
+                    .arg(&self.spawn_loop);
+                c
+            }
+            Some(Tool::Strace) => self.traced_by("strace", &["-f", "-c"]),
+            Some(Tool::Perf) => self.traced_by("perf", &["trace", "-s"]),
+            Some(Tool::Bpftrace) => return self.bpftrace(&n),
+        };
+        cmd.arg(&n).arg(&self.true_dyn);
+        Ok(cmd)
+    }
+
+    /// `program ARGS -o /dev/null -- LOOP` (the loop's own arguments still to add).
+    fn traced_by(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
+        c.args(args)
+            .args(["-o", "/dev/null", "--"])
+            .arg(&self.spawn_loop);
+        c
+    }
+
+    /// bpftrace running phases.bt over the loop of `n` iterations.
+    fn bpftrace(&self, n: &str) -> Result<Command> {
+        // bpftrace -c takes one string and splits it on spaces.
+        let line = format!(
+            "{} {n} {}",
+            path_str(&self.spawn_loop)?,
+            path_str(&self.true_dyn)?
+        );
+        let mut c = Command::new("bpftrace");
+        c.arg("-o")
+            .arg(self.dir.join("bpftrace-phases.txt"))
+            .arg(&self.phases_bt)
+            .arg("-c")
+            .arg(line);
+        Ok(c)
+    }
+}
+
+/// Gives `cmd` a fixed, minimal environment: what the workload sees must not depend on who
+/// runs the bench. `cargo run` sets LD_LIBRARY_PATH, for one, and then every exec'd binary
+/// searches its directories first: more syscalls per spawn, which made strace's overhead
+/// several times larger.
+pub(super) fn clean_env(cmd: &mut Command) {
+    cmd.env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("LANG", "C.UTF-8");
+    if let Some(home) = std::env::var_os("HOME") {
+        cmd.env("HOME", home);
+    }
+}
+
+/// A command line as a shell would show it (for messages).
+pub(super) fn shown(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    match p.to_str() {
+        Some(s) if !s.contains(char::is_whitespace) => Ok(s),
+        _ => bail!(
+            "{}: bpftrace -c cannot take a path with spaces or invalid UTF-8",
+            p.display()
+        ),
+    }
+}
+
+fn installed(package: &str) -> bool {
+    crate::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .contains("install ok installed")
+}
+
+/// Installs the missing packages the selected tools need. gcc is required; a peer whose
+/// package cannot be installed is marked unavailable.
+pub(super) fn ensure_packages(
+    tools: &[Tool],
+    no_install: bool,
+    unavailable: &mut Unavailable,
+) -> Result<()> {
+    let mut wanted = vec!["gcc"];
+    wanted.extend(tools.iter().filter_map(|t| t.package()));
+    let missing: Vec<&str> = wanted.into_iter().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() && !no_install {
+        apt_install(&missing);
+    }
+    if !installed("gcc") && Command::new("gcc").arg("--version").output().is_err() {
+        bail!("gcc is needed to build the bench loop: apt-get install gcc");
+    }
+    for &tool in tools {
+        if let Some(p) = tool.package()
+            && !installed(p)
+        {
+            let why = if no_install {
+                format!("package {p} is not installed (--no-install)")
+            } else {
+                format!("package {p} could not be installed")
+            };
+            eprintln!("xtask: bench: {}: {why}", tool.label());
+            unavailable.push((tool, why));
+        }
+    }
+    Ok(())
+}
+
+/// `apt-get install`s each package, saying which failed.
+fn apt_install(packages: &[&str]) {
+    let updated = crate::run(Command::new("apt-get").args(["update", "-qq"]));
+    if let Err(e) = updated {
+        eprintln!("xtask: bench: apt-get update failed: {e:#}");
+    }
+    for p in packages {
+        // one at a time, so that a package this distribution lacks costs only its peer
+        let result = crate::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends", p])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        );
+        if let Err(e) = result {
+            eprintln!("xtask: bench: cannot install {p}: {e:#}");
+        }
+    }
+}
+
+/// perf trace and bpftrace read tracepoint formats from tracefs, which a fresh machine may
+/// not have mounted.
+pub(super) fn ensure_tracefs(tools: &[Tool], unavailable: &mut Unavailable) {
+    let needs = |t: &Tool| matches!(t, Tool::Perf | Tool::Bpftrace);
+    if !tools.iter().any(needs) || Path::new("/sys/kernel/tracing/events").is_dir() {
+        return;
+    }
+    let mounted =
+        crate::run(Command::new("mount").args(["-t", "tracefs", "tracefs", "/sys/kernel/tracing"]));
+    if let Err(e) = mounted {
+        let why = format!("tracefs is not mounted and mounting it failed: {e:#}");
+        for &tool in tools.iter().filter(|t| needs(t)) {
+            eprintln!("xtask: bench: {}: {why}", tool.label());
+            unavailable.push((tool, why.clone()));
+        }
+    }
+}
+
+/// Builds forkprof (`cargo xtask setup`, then a release build).
+pub(super) fn build_forkprof() -> Result<()> {
+    crate::setup()?;
+    crate::run(Command::new("cargo").current_dir(crate::root()).args([
+        "build",
+        "--release",
+        "-p",
+        "forkprof",
+    ]))
+}
+
+/// Builds the loop and the program it spawns into target/bench/.
+pub(super) fn compile_loop(paths: &Paths) -> Result<()> {
+    fs::create_dir_all(&paths.dir)
+        .with_context(|| format!("cannot create {}", paths.dir.display()))?;
+    let src = crate::root().join("bench");
+    crate::run(
+        Command::new("gcc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&paths.spawn_loop)
+            .arg(src.join("spawn_loop.c")),
+    )?;
+    // dynamically linked on purpose: ld.so's start-up is part of what is measured
+    crate::run(
+        Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(&paths.true_dyn)
+            .arg(src.join("true_dyn.c")),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines() {
+        let paths = Paths::new();
+        let line = |tool| shown(&paths.command(tool, 3).unwrap());
+        let (l, t) = (
+            path_str(&paths.spawn_loop).unwrap(),
+            path_str(&paths.true_dyn).unwrap(),
+        );
+        assert_eq!(line(None), format!("{l} 3 {t}"));
+        assert_eq!(line(Some(Tool::Control)), format!("{l} 3 {t}"));
+        assert_eq!(
+            line(Some(Tool::Strace)),
+            format!("strace -f -c -o /dev/null -- {l} 3 {t}")
+        );
+        assert_eq!(
+            line(Some(Tool::Perf)),
+            format!("perf trace -s -o /dev/null -- {l} 3 {t}")
+        );
+        assert!(
+            line(Some(Tool::Forkprof)).ends_with(&format!("forkprof-report.json -- {l} 3 {t}"))
+        );
+        assert!(line(Some(Tool::Bpftrace)).ends_with(&format!("phases.bt -c {l} 3 {t}")));
+    }
+}

@@ -1,7 +1,7 @@
 //! The command line (clap). Usage errors exit 2 with clap's message.
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::model::report::{GroupBy, SortBy};
 
@@ -194,11 +194,11 @@ pub struct ReportCmdArgs {
     /// The recording.
     pub file: PathBuf,
     /// How to group processes.
-    #[arg(long, value_enum, default_value_t = GroupBy::Binary)]
-    pub by: GroupBy,
+    #[arg(long, value_enum, default_value_t = GroupArg::Binary)]
+    pub by: GroupArg,
     /// Order of the rows (by spawn cost, or by number of processes).
-    #[arg(long, value_enum, default_value_t = SortBy::Total)]
-    pub sort: SortBy,
+    #[arg(long, value_enum, default_value_t = SortArg::Total)]
+    pub sort: SortArg,
     /// Rows shown in each table.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub top: usize,
@@ -252,4 +252,52 @@ pub struct RunArgs {
     /// The command to trace, and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
+}
+
+/// `report --by`: the model's `GroupBy`, as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GroupArg {
+    /// The binary a process ran last.
+    Binary,
+    /// The binary of the process's parent when it was created.
+    Parent,
+    /// How the process was created.
+    Method,
+    /// The chain of binaries from the root to the process (make;sh;gcc;cc1).
+    Ancestry,
+}
+
+impl From<GroupArg> for GroupBy {
+    fn from(g: GroupArg) -> Self {
+        match g {
+            GroupArg::Binary => Self::Binary,
+            GroupArg::Parent => Self::Parent,
+            GroupArg::Method => Self::Method,
+            GroupArg::Ancestry => Self::Ancestry,
+        }
+    }
+}
+
+/// `report --sort`: the model's `SortBy`, as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SortArg {
+    /// Total spawn cost.
+    Total,
+    /// Mean spawn cost.
+    Mean,
+    /// 99th percentile of spawn cost.
+    P99,
+    /// Number of processes.
+    Count,
+}
+
+impl From<SortArg> for SortBy {
+    fn from(s: SortArg) -> Self {
+        match s {
+            SortArg::Total => Self::Total,
+            SortArg::Mean => Self::Mean,
+            SortArg::P99 => Self::P99,
+            SortArg::Count => Self::Count,
+        }
+    }
 }

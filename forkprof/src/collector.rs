@@ -1,27 +1,32 @@
-//! Ring buffer -> decoded records -> the trace, plus the kernel's loss counters.
+//! The ring buffer's boundary: yields decoded records and a summary of what was lost.
 use anyhow::{Context as _, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use forkprof_common::stat;
 use tokio::io::{Interest, unix::AsyncFd};
 
-use crate::model::{Trace, live::Live};
-use crate::recording::Writer;
-use crate::records::decode;
-
-/// Where decoded records go: the recording when there is one, and then the live aggregator
-/// (top, monitor) or else the in-memory trace (run, record).
-pub struct Sink<'a> {
-    pub trace: &'a mut Trace,
-    pub live: Option<&'a mut Live>,
-    pub writer: Option<&'a Writer>,
-}
+use crate::model::trace::LostCounts;
+use crate::records::{Record, decode};
 
 /// How often the agent collects records when the kernel has not woken it.
 pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// What was lost so far (cumulative): the kernel's `STATS` counters and the items the
+/// collector could not decode.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// `ringbuf_full`, `state_map_full` and `undecodable`; `recording_dropped` is the
+    /// session's to fill in (the collector knows nothing of recordings).
+    pub lost: LostCounts,
+    /// `stat::EXIT_WITHOUT_NOTIFY`: exits the kernel closed without seeing the parent
+    /// notified. It is counted before the exit record is sent, so it also holds the exits
+    /// whose record then found the ring buffer full (see `TraceSession::drain`).
+    pub exits_without_notify: u64,
+}
+
 pub struct Collector {
     ring: AsyncFd<RingBuf<MapData>>,
     stats: PerCpuArray<MapData, u64>,
+    undecodable: u64,
 }
 
 impl Collector {
@@ -35,35 +40,51 @@ impl Collector {
                 .map_err(|e| e.into_parts().1)
                 .context("polling the ring buffer")?,
             stats,
+            undecodable: 0,
         })
     }
 
     /// Waits until the kernel wakes the agent (the ring buffer is filling up) or `POLL`
-    /// passes, then folds every queued record into `trace`. The kernel only wakes the agent
+    /// passes, then hands every queued record to `each`. The kernel only wakes the agent
     /// past a fill threshold, so that tracing does not schedule the agent on every record.
-    pub async fn collect(&mut self, sink: &mut Sink<'_>) -> Result<()> {
+    pub async fn collect(&mut self, each: &mut impl FnMut(Record)) -> Result<()> {
         tokio::select! {
             guard = self.ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), sink);
+                drain(guard.get_inner_mut(), &mut self.undecodable, each);
                 guard.clear_ready();
             }
-            _ = tokio::time::sleep(POLL) => drain(self.ring.get_mut(), sink),
+            _ = tokio::time::sleep(POLL) => {
+                drain(self.ring.get_mut(), &mut self.undecodable, each);
+            }
         }
         Ok(())
     }
 
-    /// Reads whatever is in the ring buffer now, without waiting.
-    pub fn drain(&mut self, sink: &mut Sink<'_>) {
-        drain(self.ring.get_mut(), sink);
+    /// Hands whatever is in the ring buffer now to `each`, without waiting.
+    pub fn drain(&mut self, each: &mut impl FnMut(Record)) {
+        drain(self.ring.get_mut(), &mut self.undecodable, each);
     }
 
-    /// Copies the kernel's loss counters into `trace` (they are cumulative).
-    pub fn read_losses(&self, trace: &mut Trace) -> Result<()> {
-        let sum = |index: u32| -> Result<u64> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
-        trace.lost.ringbuf_full = sum(stat::RINGBUF_FULL)?;
-        trace.lost.state_map_full = sum(stat::STATE_MAP_FULL)?;
-        Ok(())
+    /// Every loss counter now: all of the kernel's `STATS`, and the undecodable items.
+    pub fn losses(&self) -> Result<Losses> {
+        let sum = |index: u32| -> Result<u64> {
+            Ok(self
+                .stats
+                .get(&index, 0)
+                .with_context(|| format!("reading loss counter {index}"))?
+                .iter()
+                .sum())
+        };
+        Ok(Losses {
+            lost: LostCounts {
+                ringbuf_full: sum(stat::RINGBUF_FULL)?,
+                state_map_full: sum(stat::STATE_MAP_FULL)?,
+                undecodable: self.undecodable,
+                recording_dropped: 0,
+            },
+            exits_without_notify: sum(stat::EXIT_WITHOUT_NOTIFY)?,
+        })
     }
 }
 
@@ -78,7 +99,7 @@ fn panic_after() -> Option<u64> {
     })
 }
 
-fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
+fn drain(ring: &mut RingBuf<MapData>, undecodable: &mut u64, each: &mut impl FnMut(Record)) {
     static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     while let Some(item) = ring.next() {
         if let Some(n) = panic_after()
@@ -86,17 +107,12 @@ fn drain(ring: &mut RingBuf<MapData>, sink: &mut Sink<'_>) {
         {
             panic!("FORKPROF_TEST_PANIC_AFTER={n} reached");
         }
-        match decode(&item) {
-            Ok(record) => {
-                if let Some(w) = sink.writer {
-                    w.record(&record);
-                }
-                match sink.live.as_deref_mut() {
-                    Some(live) => live.ingest(record),
-                    None => sink.trace.ingest(record),
-                }
-            }
-            Err(_) => sink.trace.lost.undecodable += 1,
+        let decoded = decode(&item);
+        // Consumed before the record is routed: its slot is free for the kernel again.
+        drop(item);
+        match decoded {
+            Ok(record) => each(record),
+            Err(_) => *undecodable += 1,
         }
     }
 }

@@ -15,6 +15,7 @@ use aya::{
 };
 
 use crate::elf::{Loader, loader_of};
+use crate::records::{Record, c_bytes};
 
 const LD_PROGRAM: &str = "forkprof_ld_debug_state";
 const LIBC_PROGRAM: &str = "forkprof_libc_start_main";
@@ -70,7 +71,16 @@ impl LdProbes {
         Ok(())
     }
 
-    /// Called for each successful exec: probes the binary's interpreter if it is new.
+    /// Watches the session's records: a successful exec's binary may bring a new interpreter.
+    pub fn watch(&mut self, ebpf: &mut Ebpf, record: &Record) {
+        if let Record::Exec(r) = record
+            && r.errno == 0
+        {
+            self.on_exec(ebpf, r.hdr.proc.pid, c_bytes(&r.path));
+        }
+    }
+
+    /// Probes the interpreter of the binary `pid` has just exec'd, if it is new.
     pub fn on_exec(&mut self, ebpf: &mut Ebpf, pid: u32, path: &[u8]) {
         use std::os::unix::ffi::OsStrExt as _;
         if !path.starts_with(b"/") {

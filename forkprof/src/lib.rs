@@ -16,3 +16,4 @@ pub mod privilege;
 pub mod recording;
 pub mod records;
 pub mod session;
+pub mod units;

@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::btf::{self, KernelInfo, Param};
 use crate::compat;
+use crate::model::phases::{Phase, PhaseMap};
 
 /// Where a program attaches.
 #[derive(Clone, Copy, Debug)]
@@ -88,7 +89,7 @@ pub struct Source {
 pub struct Job {
     pub name: &'static str,
     pub required: bool,
-    pub feeds: &'static [&'static str],
+    pub feeds: &'static [Phase],
     /// Best first.
     pub sources: &'static [Source],
 }
@@ -108,15 +109,15 @@ pub const JOBS: &[Job] = &[
         name: "syscalls",
         required: true,
         feeds: &[
-            "fork",
-            "vfork_wait",
-            "child_run",
-            "exec",
-            "exec_failed",
-            "static_start",
-            "ld_start",
-            "ld_map",
-            "ld_reloc_init",
+            Phase::Fork,
+            Phase::VforkWait,
+            Phase::ChildRun,
+            Phase::Exec,
+            Phase::ExecFailed,
+            Phase::StaticStart,
+            Phase::LdStart,
+            Phase::LdMap,
+            Phase::LdRelocInit,
         ],
         sources: &[one(&[
             hook(
@@ -132,7 +133,7 @@ pub const JOBS: &[Job] = &[
     Job {
         name: "newtask",
         required: true,
-        feeds: &["fork", "vfork_wait"],
+        feeds: &[Phase::Fork, Phase::VforkWait],
         sources: &[one(&[hook(
             "forkprof_task_newtask",
             Target::RawTp("task_newtask", &[Ptr, Int(8)]),
@@ -141,7 +142,7 @@ pub const JOBS: &[Job] = &[
     Job {
         name: "exit",
         required: true,
-        feeds: &["exit_teardown"],
+        feeds: &[Phase::ExitTeardown],
         sources: &[
             one(&[hook(
                 "forkprof_sched_process_exit",
@@ -162,7 +163,7 @@ pub const JOBS: &[Job] = &[
     Job {
         name: "exit_notify",
         required: false,
-        feeds: &["exit_teardown"],
+        feeds: &[Phase::ExitTeardown],
         sources: &[one(&[hook(
             "forkprof_signal_generate",
             Target::RawTp("signal_generate", &[Int(4)]),
@@ -180,7 +181,7 @@ pub const JOBS: &[Job] = &[
     Job {
         name: "exec_point_of_no_return",
         required: false,
-        feeds: &["exec_prepare", "exec_load"],
+        feeds: &[Phase::ExecPrepare, Phase::ExecLoad],
         sources: &[
             one(&[hook(
                 "forkprof_sched_prepare_exec",
@@ -199,16 +200,16 @@ pub const JOBS: &[Job] = &[
     Job {
         name: "exec_done",
         required: false,
-        feeds: &["exec_load"],
+        feeds: &[Phase::ExecLoad],
         sources: &[one(&[hook(
             "forkprof_sched_process_exec",
             Target::RawTp("sched_process_exec", &[]),
         )])],
     },
     Job {
-        name: "pagetable_copy",
+        name: "dup_mmap",
         required: false,
-        feeds: &["pagetable_copy"],
+        feeds: &[Phase::PagetableCopy],
         sources: &[
             one(&[
                 hook("forkprof_dup_mmap_fentry", Target::FEntry("dup_mmap")),
@@ -241,18 +242,18 @@ pub const JOBS: &[Job] = &[
         ],
     },
     Job {
-        name: "cow_faults",
+        name: "page_faults",
         required: false,
-        feeds: &["cow_faults"],
+        feeds: &[Phase::CowFaults],
         sources: &[one(&[hook(
             "forkprof_page_fault_user",
             Target::RawTp("page_fault_user", &[Int(8), Ptr, Int(8)]),
         )])],
     },
     Job {
-        name: "cow_fault_time",
+        name: "wp_faults",
         required: false,
-        feeds: &["cow_fault_time"],
+        feeds: &[Phase::CowFaultTime],
         sources: &[
             one(&[
                 hook("forkprof_wp_fault_fentry", Target::FEntry("do_wp_page")),
@@ -268,9 +269,9 @@ pub const JOBS: &[Job] = &[
         ],
     },
     Job {
-        name: "atime",
+        name: "dirty_inode",
         required: false,
-        feeds: &["atime"],
+        feeds: &[Phase::Atime],
         sources: &[one(&[
             hook(
                 "forkprof_dirty_inode_start",
@@ -313,7 +314,7 @@ pub struct HookStatus {
     /// Whether this hook's source is the one its job uses (doctor attaches every source).
     pub used: bool,
     pub error: Option<String>,
-    pub feeds: &'static [&'static str],
+    pub feeds: &'static [Phase],
 }
 
 /// What happened to one job: the source used (its index), or the reasons none attached.
@@ -334,10 +335,10 @@ pub struct Loaded {
 impl Loaded {
     /// For each phase, the hooks that measure it ("raw_tp sys_enter + raw_tp sys_exit"), or
     /// "not measured: <why>".
-    pub fn sources(&self) -> BTreeMap<&'static str, String> {
-        let mut parts: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
-        let mut notes: BTreeMap<&'static str, Vec<&'static str>> = BTreeMap::new();
-        let mut missing: BTreeMap<&'static str, String> = BTreeMap::new();
+    pub fn sources(&self) -> PhaseMap<String> {
+        let mut parts: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
+        let mut notes: BTreeMap<Phase, Vec<&'static str>> = BTreeMap::new();
+        let mut missing: BTreeMap<Phase, String> = BTreeMap::new();
         for js in &self.jobs {
             for &phase in js.job.feeds {
                 match js.used {
@@ -359,12 +360,12 @@ impl Loaded {
                 }
             }
         }
-        let mut out: BTreeMap<&'static str, String> = parts
+        let mut out: BTreeMap<Phase, String> = parts
             .into_iter()
             .map(|(phase, mut labels)| {
                 labels.dedup();
                 let mut text = labels.join(" + ");
-                for note in notes.get(phase).into_iter().flatten() {
+                for note in notes.get(&phase).into_iter().flatten() {
                     text.push_str(&format!(" ({note})"));
                 }
                 (phase, text)
@@ -372,7 +373,7 @@ impl Loaded {
             .collect();
         // A phase is only as good as its weakest job: one missing job makes it unmeasured.
         out.extend(missing);
-        out
+        out.into_iter().collect()
     }
 }
 
@@ -624,8 +625,8 @@ mod tests {
         // The first matching source is the one attached.
         assert_eq!(matching("exit", NEW).first(), Some(&0));
         assert_eq!(matching("exit", OLD), vec![1]);
-        assert_eq!(matching("pagetable_copy", NEW), vec![2]);
-        assert_eq!(matching("pagetable_copy", OLD), vec![3]);
+        assert_eq!(matching("dup_mmap", NEW), vec![2]);
+        assert_eq!(matching("dup_mmap", OLD), vec![3]);
         // A prototype nobody wrote a program for matches nothing: never a guessed slot.
         let odd: &[(&str, &[Param])] = &[("sched_process_exit", &[Int(4)])];
         assert!(matching("exit", odd).is_empty());
@@ -645,13 +646,11 @@ mod tests {
         assert_eq!(programs.len(), n, "a program is listed twice");
         for j in JOBS {
             assert!(!j.sources.is_empty(), "{} has no source", j.name);
-            for phase in j.feeds {
-                assert!(
-                    crate::model::PHASES.iter().any(|p| p.name() == *phase),
-                    "{} feeds unknown phase {phase}",
-                    j.name
-                );
-            }
+            assert!(
+                !j.feeds.contains(&Phase::SpawnCost),
+                "{}: spawn_cost is derived",
+                j.name
+            );
         }
     }
 }

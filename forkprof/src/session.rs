@@ -1,22 +1,27 @@
-//! A tracing session: the loaded programs, the collector, the in-memory trace, the optional
-//! recording and the optional `--precise-ld` probes, driven until a stop condition.
+//! Sessions, the API of run, record, top and monitor: start, run until a stop, drain, report.
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData};
+use aya::maps::MapData;
 use forkprof_common::{ProcKey, ProcState};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::collector::{Collector, Sink};
+use crate::collector::Collector;
+use crate::elf::LoaderCache;
 use crate::ldprobes::LdProbes;
 use crate::loader::{self, LoadOptions, Loaded};
-use crate::model::{Report, Trace, live::Live};
+use crate::model::live::{Counters, Finished, Live};
+use crate::model::report::Context;
+use crate::model::trace::{ExitStatus, LostCounts};
+use crate::model::{Report, Trace};
 use crate::privilege::InvokingUser;
 use crate::recording::Writer;
+use crate::records::Record;
 
-/// What a session traces and where it records. The default: the processes added to it (and
-/// their descendants), nothing recorded.
+/// What a trace session traces and where it records. The default: the processes added to it
+/// (and their descendants), nothing recorded.
 #[derive(Default)]
 pub struct Options {
     pub trace_all: bool,
@@ -27,17 +32,6 @@ pub struct Options {
     pub owner: Option<InvokingUser>,
     /// Stored in the recording's meta table at once.
     pub meta: Vec<(String, String)>,
-}
-
-pub struct Session {
-    loaded: Loaded,
-    collector: Collector,
-    ld_probes: Option<LdProbes>,
-    writer: Option<Writer>,
-    pub trace: Trace,
-    /// When set (top, monitor), records feed this instead of `trace`.
-    pub live: Option<Live>,
-    pub started: Instant,
 }
 
 /// How often the loss counters are copied into the recording.
@@ -77,26 +71,189 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-impl Session {
-    /// Loads and attaches everything. Must be called inside a tokio runtime.
-    pub fn start(opts: Options) -> Result<Self> {
+/// What every command that loads the programs does first: checks the privileges, then builds
+/// the runtime its session runs on (enter it before starting the session).
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    loader::check_privileges()?;
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Why `StopSignals::or_after` completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// The duration passed.
+    Elapsed,
+}
+
+/// SIGINT and SIGTERM, which stop record, top and monitor. Created once, so that a signal
+/// between two `run_until`s is not missed. Needs the runtime entered.
+pub struct StopSignals {
+    int: Signal,
+    term: Signal,
+}
+
+impl StopSignals {
+    pub fn new() -> Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+        })
+    }
+
+    /// Completes at the first signal, or once `after` has passed (never, if `None`).
+    pub async fn or_after(&mut self, after: Option<Duration>) -> Stop {
+        let elapsed = async {
+            match after {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.int.recv() => Stop::Signal,
+            _ = self.term.recv() => Stop::Signal,
+            _ = elapsed => Stop::Elapsed,
+        }
+    }
+}
+
+/// The kernel's traced set (map `PROCS`), by fd: valid while its session lives.
+#[derive(Clone, Copy, Debug)]
+pub struct ProcsMap(i32);
+
+impl ProcsMap {
+    /// Adds `pid` (a process that exists already: creation time 0) with one raw bpf(2) call.
+    /// It allocates nothing and takes no lock, so a forked child may call it before exec
+    /// (still root): its exec is then traced from the first instruction.
+    pub fn seed(self, pid: u32) -> std::io::Result<()> {
+        const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+        let value = ProcState {
+            key: ProcKey {
+                start_ns: 0,
+                pid,
+                _pad: 0,
+            },
+            ..Default::default()
+        };
+        // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, key, value, flags (BPF_ANY).
+        let attr: [u64; 4] = [
+            self.0 as u64,
+            &pid as *const u32 as u64,
+            &value as *const ProcState as u64,
+            0,
+        ];
+        // SAFETY: attr and the key/value it points to live until the call returns.
+        let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, attr.as_ptr(), 32) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// What both kinds of session drive: the loaded programs, the collector, and the
+/// `--precise-ld` probes, which are attached as exec records come in.
+struct Tracer {
+    loaded: Loaded,
+    collector: Collector,
+    ld_probes: Option<LdProbes>,
+}
+
+impl Tracer {
+    /// Loads and attaches everything. Must be called inside the runtime.
+    fn start(trace_all: bool, precise_ld: bool) -> Result<Self> {
         let mut loaded = loader::load(&LoadOptions {
-            trace_all: opts.trace_all,
-            precise_ld: opts.precise_ld,
+            trace_all,
+            precise_ld,
             ..Default::default()
         })?;
-        let ld_probes = if opts.precise_ld {
+        let ld_probes = if precise_ld {
             Some(LdProbes::new(&mut loaded.ebpf).context("--precise-ld")?)
         } else {
             None
         };
         let collector = Collector::new(&mut loaded.ebpf)?;
+        Ok(Self {
+            loaded,
+            collector,
+            ld_probes,
+        })
+    }
+
+    /// Collects until `stop` completes, and returns its output. Each record goes to the
+    /// `--precise-ld` probes (a new interpreter to attach to), then to `route`; `tick` runs
+    /// after each batch.
+    async fn run_until<T>(
+        &mut self,
+        stop: impl Future<Output = T>,
+        mut route: impl FnMut(Record),
+        mut tick: impl FnMut(&Collector) -> Result<()>,
+    ) -> Result<T> {
+        tokio::pin!(stop);
+        loop {
+            let Self {
+                loaded,
+                collector,
+                ld_probes,
+            } = &mut *self;
+            let mut each = |record: Record| {
+                if let Some(probes) = ld_probes.as_mut() {
+                    probes.watch(&mut loaded.ebpf, &record);
+                }
+                route(record);
+            };
+            tokio::select! {
+                out = &mut stop => return Ok(out),
+                r = collector.collect(&mut each) => r?,
+            }
+            tick(collector)?;
+        }
+    }
+
+    pub fn sources(&self) -> crate::model::phases::PhaseMap<String> {
+        use crate::model::phases::Phase;
+        let mut sources = self.loaded.sources();
+        if let Some(probes) = &self.ld_probes {
+            for phase in [Phase::LdStart, Phase::LdMap, Phase::LdRelocInit] {
+                sources.insert(phase, probes.describe());
+            }
+        }
+        sources
+    }
+}
+
+/// Where a trace session's records go: the recording, if any, then the trace.
+fn keep(trace: &mut Trace, writer: Option<&Writer>, record: Record) {
+    if let Some(w) = writer {
+        w.record(&record);
+    }
+    trace.ingest(record);
+}
+
+/// A session that keeps a `Trace` and builds a `Report` from it (run, record), recording it
+/// too when asked. Live sessions are another type, `LiveSession`: they keep no trace.
+pub struct TraceSession {
+    tracer: Tracer,
+    writer: Option<Writer>,
+    pub trace: Trace,
+    started: Instant,
+}
+
+impl TraceSession {
+    /// Loads and attaches everything, and creates the recording. Must be called inside the
+    /// runtime.
+    pub fn start(opts: Options) -> Result<Self> {
+        let tracer = Tracer::start(opts.trace_all, opts.precise_ld)?;
         let writer = match &opts.output {
             Some(path) => {
                 let mut meta = host_meta();
                 meta.push((
                     "sources".into(),
-                    serde_json::to_string(&loaded.sources()).unwrap_or_default(),
+                    serde_json::to_string(&tracer.loaded.sources()).unwrap_or_default(),
                 ));
                 meta.extend(opts.meta);
                 Some(Writer::create(
@@ -108,118 +265,102 @@ impl Session {
             }
             None => None,
         };
-        let mut trace = Trace::default();
-        if ld_probes.is_some() {
-            trace.new_execs = Some(Vec::new());
-        }
         Ok(Self {
-            loaded,
-            collector,
-            ld_probes,
+            tracer,
             writer,
-            trace,
-            live: None,
+            trace: Trace::default(),
             started: Instant::now(),
         })
     }
 
-    /// A system-wide session whose records feed a live aggregator (top, monitor).
-    pub fn start_live() -> Result<Self> {
-        let mut session = Self::start(Options {
-            trace_all: true,
-            ..Default::default()
-        })?;
-        session.live = Some(Live::default());
-        Ok(session)
-    }
-
-    /// The raw fd of the traced-process map, for a child to add itself before exec.
-    pub fn procs_fd(&self) -> Result<i32> {
+    /// The traced set, for a child to add itself before exec.
+    pub fn procs(&self) -> Result<ProcsMap> {
         use std::os::fd::{AsFd as _, AsRawFd as _};
-        let map = self.loaded.ebpf.map("PROCS").context("map PROCS missing")?;
+        let map = self
+            .tracer
+            .loaded
+            .ebpf
+            .map("PROCS")
+            .context("map PROCS missing")?;
         let aya::maps::Map::HashMap(data) = map else {
             anyhow::bail!("map PROCS has an unexpected type");
         };
         let data: &MapData = data;
-        Ok(data.fd().as_fd().as_raw_fd())
+        Ok(ProcsMap(data.fd().as_fd().as_raw_fd()))
     }
 
-    /// Adds a process that already exists to the traced set (`record -p`).
-    pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
-        let map = self
-            .loaded
-            .ebpf
-            .map_mut("PROCS")
-            .context("map PROCS missing")?;
-        let mut procs: BpfHashMap<&mut MapData, u32, ProcState> = BpfHashMap::try_from(map)?;
-        let state = ProcState {
-            key: ProcKey {
-                start_ns: 0,
-                pid,
-                _pad: 0,
-            },
-            ..Default::default()
+    /// Adds a process that already exists to the traced set (`record -p`, bench).
+    pub fn trace_pid(&self, pid: u32) -> Result<()> {
+        self.procs()?.seed(pid).context("adding it to map PROCS")
+    }
+
+    /// Collects into the trace (and the recording) until `stop` completes, and returns its
+    /// output.
+    pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
+        let Self {
+            tracer,
+            writer,
+            trace,
+            ..
+        } = self;
+        let writer = writer.as_ref();
+        let mut copied = Instant::now();
+        let route = |record: Record| keep(trace, writer, record);
+        let tick = |collector: &Collector| {
+            if let Some(w) = writer
+                && copied.elapsed() >= LOSS_EVERY
+            {
+                w.lost(&collector.losses()?.lost);
+                copied = Instant::now();
+            }
+            Ok(())
         };
-        procs.insert(pid, state, 0)?;
+        tracer.run_until(stop, route, tick).await
+    }
+
+    /// How long since the session started.
+    pub fn elapsed_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Stops collecting: takes what is left in the ring buffer, then every loss counter into
+    /// `trace.lost`. With a recording, it waits for the writer to commit what it was sent, so
+    /// that the records it dropped are counted too.
+    pub fn drain(&mut self) -> Result<()> {
+        let trace = &mut self.trace;
+        let writer = self.writer.as_ref();
+        self.tracer
+            .collector
+            .drain(&mut |record| keep(trace, writer, record));
+        let losses = self.tracer.collector.losses()?;
+        // Exits without a parent notification: the trace's count is the truth, and the one
+        // `summary.exits_without_notify` shows. It counts the exit records that arrived with
+        // `notified == 0`, so it matches the processes shown without `exit_teardown`, and a
+        // report from the recording gives the same number. The kernel's EXIT_WITHOUT_NOTIFY
+        // (`losses.exits_without_notify`) counts the same exits before it sends their record,
+        // so it exceeds the trace's count only by those whose record then found the ring
+        // buffer full: `ringbuf_full` counts them already, and they are not added again.
+        self.trace.lost = LostCounts {
+            recording_dropped: self.writer.as_ref().map_or(0, Writer::dropped),
+            ..losses.lost
+        };
         Ok(())
     }
 
-    /// Collects until `stop` completes, and returns its output.
-    pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
-        tokio::pin!(stop);
-        let mut last_losses = Instant::now();
-        loop {
-            let mut sink = Sink {
-                trace: &mut self.trace,
-                live: self.live.as_mut(),
-                writer: self.writer.as_ref(),
-            };
-            tokio::select! {
-                out = &mut stop => return Ok(out),
-                r = self.collector.collect(&mut sink) => r?,
-            }
-            if let (Some(probes), Some(log)) =
-                (self.ld_probes.as_mut(), self.trace.new_execs.as_mut())
-            {
-                for (pid, path) in log.drain(..) {
-                    probes.on_exec(&mut self.loaded.ebpf, pid, &path);
-                }
-            }
-            if let Some(w) = &self.writer
-                && last_losses.elapsed() >= LOSS_EVERY
-            {
-                self.collector.read_losses(&mut self.trace)?;
-                w.lost(&self.trace.lost);
-                last_losses = Instant::now();
-            }
-        }
-    }
-
-    /// The kernel's loss counters now (also kept in `trace.lost`).
-    pub fn losses(&mut self) -> Result<u64> {
-        self.collector.read_losses(&mut self.trace)?;
-        Ok(self.trace.lost.total())
-    }
-
-    /// Takes what is left in the ring buffer and the final loss counters.
-    pub fn drain(&mut self) -> Result<()> {
-        let mut sink = Sink {
-            trace: &mut self.trace,
-            live: self.live.as_mut(),
-            writer: self.writer.as_ref(),
-        };
-        self.collector.drain(&mut sink);
-        self.collector.read_losses(&mut self.trace)
-    }
-
-    pub fn sources(&self) -> std::collections::BTreeMap<&'static str, String> {
-        let mut sources = self.loaded.sources();
-        if let Some(probes) = &self.ld_probes {
-            for phase in ["ld_start", "ld_map", "ld_reloc_init"] {
-                sources.insert(phase, probes.describe());
-            }
-        }
-        sources
+    /// The report of what was collected, as `run` and `record` show it.
+    pub fn report(&self, command: Vec<String>, exit: Option<ExitStatus>, wall_ns: u64) -> Report {
+        let loaders = LoaderCache::default();
+        let is_static = |p: &[u8]| loaders.is_static(p);
+        Report::build(
+            &self.trace,
+            &Context {
+                command,
+                exit,
+                wall_ns,
+                sources: self.tracer.sources(),
+                ..Context::for_run(&is_static)
+            },
+        )
     }
 
     /// Completes the recording, if any, with the derived tables and final meta.
@@ -229,5 +370,55 @@ impl Session {
             w.finish(&self.trace, report, meta)?;
         }
         Ok(())
+    }
+}
+
+/// What a live session has to show after an interval.
+pub struct Sweep {
+    /// The processes finished since the last sweep.
+    pub done: Vec<Finished>,
+    pub counters: Counters,
+    /// Processes being followed now.
+    pub in_flight: usize,
+    /// Lost events since start.
+    pub lost: u64,
+}
+
+/// A system-wide session that feeds the live aggregator (top, monitor).
+pub struct LiveSession {
+    tracer: Tracer,
+    live: Live,
+    loaders: LoaderCache,
+}
+
+impl LiveSession {
+    /// Loads and attaches everything. Must be called inside the runtime.
+    pub fn start() -> Result<Self> {
+        Ok(Self {
+            tracer: Tracer::start(true, false)?,
+            live: Live::default(),
+            loaders: LoaderCache::default(),
+        })
+    }
+
+    /// Collects into the live aggregator until `stop` completes, and returns its output.
+    pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
+        let live = &mut self.live;
+        self.tracer
+            .run_until(stop, |record| live.ingest(record), |_| Ok(()))
+            .await
+    }
+
+    /// Finishes the processes that are done by now, and reads the loss counters.
+    pub fn sweep(&mut self) -> Result<Sweep> {
+        let lost = self.tracer.collector.losses()?.lost.total();
+        let loaders = &self.loaders;
+        let done = self.live.sweep(monotonic_ns(), &|p| loaders.is_static(p));
+        Ok(Sweep {
+            done,
+            counters: self.live.counters.clone(),
+            in_flight: self.live.in_flight(),
+            lost,
+        })
     }
 }

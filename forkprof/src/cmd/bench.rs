@@ -10,17 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
-use comfy_table::{Cell, Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::cli::BenchArgs;
 use crate::elf::LoaderCache;
 use crate::loader;
 use crate::model::Report;
 use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, SWEEP_PREFIX, Turns, ratios};
+use crate::model::phases::{Phase, PhaseMap};
 use crate::model::report::Context as ReportContext;
 use crate::model::report::ProcessRow;
+use crate::output;
 use crate::privilege::InvokingUser;
-use crate::session::{Options as SessionOptions, Session};
+use crate::session::{Options as SessionOptions, TraceSession as Session};
 
 /// The workloads built into forkprof (forkprof/workloads, built by build.rs).
 const EMBEDDED: &[(&str, &[u8])] = &[
@@ -464,7 +465,7 @@ impl Bench {
         let chunks = if s.rss_mib > 0 { RSS_CHUNKS } else { 1 };
         let per_chunk = iterations.div_ceil(chunks).max(1);
         let (mut bare_us, mut traced_us) = (0.0, 0.0);
-        let mut phases_us: BTreeMap<String, f64> = BTreeMap::new();
+        let mut phases_us: PhaseMap<f64> = PhaseMap::default();
         for chunk in 0..chunks {
             let swap = chunk % 2 == 1;
             let sides = [!swap, swap];
@@ -479,11 +480,12 @@ impl Bench {
             };
             bare_us += bare.mean_us / chunks as f64;
             traced_us += traced.mean_us / chunks as f64;
-            for (k, v) in traced.phases_us {
-                *phases_us.entry(k).or_default() += v / chunks as f64;
+            for (phase, v) in traced.phases_us.iter() {
+                let sum = phases_us.get(phase).copied().unwrap_or(0.0);
+                phases_us.insert(phase, sum + v / chunks as f64);
             }
         }
-        let cost = phases_us.get("spawn_cost").copied().unwrap_or(0.0);
+        let cost = phases_us.get(Phase::SpawnCost).copied().unwrap_or(0.0);
         Ok(Some(RowResult {
             name: s.name.into(),
             iterations: per_chunk * chunks,
@@ -502,7 +504,7 @@ struct Side {
     /// The mean of its iterations' times (µs).
     mean_us: f64,
     /// Per-iteration phase means of the processes it spawned, if it was traced.
-    phases_us: BTreeMap<String, f64>,
+    phases_us: PhaseMap<f64>,
 }
 
 /// Two drivers started to take turns, waiting for the first one.
@@ -533,25 +535,23 @@ impl TurnTaking {
 
 /// Means of the spawned processes' phases, one process per iteration (µs; cow_faults stays a
 /// count). A phase a process did not measure counts as 0.
-fn phase_means<'a>(
-    processes: impl Iterator<Item = &'a BTreeMap<&'static str, u64>>,
-) -> BTreeMap<String, f64> {
-    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+fn phase_means<'a>(processes: impl Iterator<Item = &'a PhaseMap<u64>>) -> PhaseMap<f64> {
+    let mut sums: PhaseMap<f64> = PhaseMap::default();
     let mut count = 0u64;
     for phases in processes {
         count += 1;
-        for (k, &v) in phases {
-            let k: &str = k;
-            let v = if k == "cow_faults" {
+        for (phase, &v) in phases.iter() {
+            let v = if phase.is_count() {
                 v as f64
             } else {
                 v as f64 / 1e3
             };
-            *sums.entry(k.to_string()).or_default() += v;
+            let sum = sums.get(phase).copied().unwrap_or(0.0);
+            sums.insert(phase, sum + v);
         }
     }
-    sums.into_iter()
-        .map(|(k, v)| (k, v / count.max(1) as f64))
+    sums.iter()
+        .map(|(phase, v)| (phase, v / count.max(1) as f64))
         .collect()
 }
 
@@ -564,21 +564,6 @@ const RATIO_CHUNKS: u64 = 4;
 const RSS_CHUNKS: u64 = 6;
 /// Iterations of each side in one sample of the fork slope.
 const SLOPE_SAMPLE_ITERATIONS: u64 = 4;
-
-const COLUMNS: [&str; 12] = [
-    "fork",
-    "pagetable_copy",
-    "vfork_wait",
-    "child_run",
-    "exec_prepare",
-    "exec_load",
-    "static_start",
-    "ld_start",
-    "ld_map",
-    "ld_reloc_init",
-    "cow_faults",
-    "exit_teardown",
-];
 
 pub fn run(args: BenchArgs) -> Result<i32> {
     loader::check_privileges()?;
@@ -685,49 +670,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
         turns.insert(SLOPE.to_string(), t);
     }
     let ratios = ratios(&results, &turns);
+    let mut out = std::io::stdout().lock();
     if args.json {
-        let doc = serde_json::json!({
-            "cpu": cpu,
-            "rows": results,
-            "ratios": ratios,
-            "skipped": skipped,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(0);
-    }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    let mut header = vec![
-        "experiment",
-        "µs/iter",
-        "traced overhead",
-        "spawn_cost coverage",
-    ];
-    header.extend(COLUMNS);
-    t.set_header(header);
-    for r in &results {
-        let mut row = vec![
-            Cell::new(&r.name),
-            Cell::new(format!("{:.1}", r.us_per_iter)),
-            Cell::new(format!("{:+.1}%", 100.0 * r.tracing_overhead)),
-            Cell::new(format!("{:.0}%", 100.0 * r.spawn_cost_coverage)),
-        ];
-        for c in COLUMNS {
-            row.push(Cell::new(match r.phases_us.get(c) {
-                Some(v) if c == "cow_faults" => format!("{v:.1}"),
-                Some(v) => format!("{v:.1}"),
-                None => "-".into(),
-            }));
-        }
-        t.add_row(row);
-    }
-    println!(
-        "Per iteration (µs; cow_faults: faults). Phase columns: means over the spawned processes."
-    );
-    println!("{t}");
-    println!("\nRatios");
-    for r in &ratios {
-        println!("  {}", r.text);
+        output::bench::json(cpu, &results, &ratios, &skipped, &mut out)?;
+    } else {
+        output::bench::table(&results, &ratios, &mut out)?;
     }
     Ok(0)
 }

@@ -95,8 +95,8 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         );
     }
     println!("\nphase sources");
-    for (phase, source) in &sources {
-        println!("  {phase:<15} {source}");
+    for (phase, source) in sources.iter_by_name() {
+        println!("  {:<15} {source}", phase.name());
     }
     println!("\nother capabilities");
     for c in &capabilities {

@@ -4,13 +4,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use axum::{Router, http::header, response::IntoResponse, routing::get};
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::MonitorArgs;
-use crate::elf::LoaderCache;
-use crate::loader;
 use crate::metrics::Metrics;
-use crate::session::{Session, monotonic_ns};
+use crate::session::{self, LiveSession, Stop, StopSignals};
 
 /// How often finished processes are folded into the metrics.
 const UPDATE_EVERY: Duration = Duration::from_millis(500);
@@ -18,10 +15,7 @@ const UPDATE_EVERY: Duration = Duration::from_millis(500);
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub fn run(args: MonitorArgs) -> Result<i32> {
-    loader::check_privileges()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
     // Bind first: a bad or busy address is reported before anything is loaded.
     let listener = match runtime.block_on(tokio::net::TcpListener::bind(&args.listen)) {
@@ -31,7 +25,7 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             return Ok(1);
         }
     };
-    let mut session = Session::start_live()?;
+    let mut session = LiveSession::start()?;
     let metrics = Arc::new(Mutex::new(Metrics::new(args.top_binaries)));
     let served = metrics.clone();
     let app = Router::new().route(
@@ -64,26 +58,16 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
         "forkprof: serving metrics at http://{}/metrics",
         args.listen
     );
-    let loaders = LoaderCache::default();
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut term = signal(SignalKind::terminate())?;
+    let mut signals = StopSignals::new()?;
     loop {
-        let stopped = runtime.block_on(session.run_until(async {
-            tokio::select! {
-                _ = tokio::time::sleep(UPDATE_EVERY) => false,
-                _ = int.recv() => true,
-                _ = term.recv() => true,
-            }
-        }))?;
-        let lost = session.losses()?;
-        let live = session.live.as_mut().expect("live session");
-        let done = live.sweep(monotonic_ns(), &|p| loaders.is_static(p));
+        let stop = runtime.block_on(session.run_until(signals.or_after(Some(UPDATE_EVERY))))?;
+        let sweep = session.sweep()?;
         {
             let mut m = metrics.lock().expect("metrics lock");
-            m.observe(&done);
-            m.update(&live.counters, lost, live.in_flight());
+            m.observe(&sweep.done);
+            m.update(&sweep.counters, sweep.lost, sweep.in_flight);
         }
-        if stopped {
+        if stop == Stop::Signal {
             break;
         }
     }

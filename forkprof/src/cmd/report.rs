@@ -5,6 +5,8 @@ use anyhow::Result;
 
 use crate::cli::{Format, ReportCmdArgs};
 use crate::elf::LoaderCache;
+use crate::model::phases::Phase;
+use crate::model::report::GroupBy;
 use crate::model::{
     Report,
     report::{Context, Filter},
@@ -41,14 +43,10 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         .and_then(|s| serde_json::from_str::<std::collections::BTreeMap<String, String>>(s).ok())
         .unwrap_or_default()
         .into_iter()
-        .filter_map(|(k, v)| {
-            crate::model::PHASES
-                .iter()
-                .find(|p| p.name() == k)
-                .map(|p| (p.name(), v))
-        })
+        .filter_map(|(k, v)| Some((Phase::from_name(&k)?, v)))
         .collect();
-    let groupings = vec![args.by];
+    let by = GroupBy::from(args.by);
+    let groupings = vec![by];
     let loaders = LoaderCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let command = recording
@@ -73,7 +71,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             sources,
             is_static: &is_static,
             groupings,
-            sort: args.sort,
+            sort: args.sort.into(),
             filter: filter.clone(),
             processes: args.processes,
             folded: args.flamegraph.is_some() || args.folded.is_some(),
@@ -98,7 +96,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     match args.format {
         Format::Table => output::table::write(&report, args.top, &mut out)?,
         Format::Json => output::json::write(&report, &mut out)?,
-        Format::Csv => output::csv::write(&report, args.by, &mut out)?,
+        Format::Csv => output::csv::write(&report, by, &mut out)?,
     }
     out.flush()?;
     Ok(0)

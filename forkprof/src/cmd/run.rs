@@ -8,20 +8,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context as _, Result};
-use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ReportArgs, RunArgs};
-use crate::elf::LoaderCache;
-use crate::loader;
-use crate::model::{
-    Report,
-    report::{Context, escape},
-    trace::ExitStatus,
-};
+use crate::model::{Report, report::escape, trace::ExitStatus};
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
-use crate::session::{Options, Session};
+use crate::session::{self, Options, TraceSession};
 
 /// Exit codes of `run` besides the command's own.
 pub const EXIT_NOT_FOUND: i32 = 127;
@@ -59,42 +52,13 @@ fn resolve(program: &OsStr) -> Result<PathBuf, i32> {
     })
 }
 
-/// Adds the calling process to the kernel's traced set with a raw bpf(2) call. Runs in the
-/// forked child before exec (still root), so the child's exec is traced from its first
-/// instruction and no pid race with the parent exists.
-fn seed_traced(map_fd: i32) -> std::io::Result<()> {
-    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() } as u32;
-    let value = ProcState {
-        key: ProcKey {
-            start_ns: 0,
-            pid,
-            _pad: 0,
-        },
-        ..Default::default()
-    };
-    // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, key, value, flags (BPF_ANY).
-    let attr: [u64; 4] = [
-        map_fd as u64,
-        &pid as *const u32 as u64,
-        &value as *const ProcState as u64,
-        0,
-    ];
-    // SAFETY: attr and the key/value it points to live until the call returns.
-    let rc = unsafe { libc::syscall(libc::SYS_bpf, BPF_MAP_UPDATE_ELEM, attr.as_ptr(), 32) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 fn command_line(args: &[OsString]) -> Vec<String> {
     args.iter().map(|a| escape(a.as_bytes())).collect()
 }
 
 pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
-    loader::check_privileges()?;
+    let runtime = session::runtime()?;
+    let _in_runtime = runtime.enter();
     let program = &args.command[0];
     if let Err(code) = resolve(program) {
         let why = if code == EXIT_NOT_FOUND {
@@ -106,12 +70,8 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         return Ok(code);
     }
     let user = InvokingUser::from_env()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let _in_runtime = runtime.enter();
     let command = command_line(&args.command);
-    let mut session = Session::start(Options {
+    let mut session = TraceSession::start(Options {
         trace_all: false,
         precise_ld: args.recording.precise_ld,
         output: args.output.clone(),
@@ -130,7 +90,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             ),
         ],
     })?;
-    let procs_fd = session.procs_fd()?;
+    let procs = session.procs()?;
 
     let mut cmd = std::process::Command::new(program);
     cmd.args(&args.command[1..]);
@@ -146,7 +106,8 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     // SAFETY: the closure runs between fork and exec and only makes raw syscalls.
     unsafe {
         cmd.pre_exec(move || {
-            seed_traced(procs_fd)?;
+            // Still root: the child adds itself, so its exec is traced and no pid can race.
+            procs.seed(std::process::id())?;
             if let Some(u) = &child_user {
                 u.become_user()?;
             }
@@ -187,19 +148,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         .context("waiting for the command")??;
     let wall_ns = started.elapsed().as_nanos() as u64;
     session.drain()?;
-
-    let loaders = LoaderCache::default();
-    let is_static = |p: &[u8]| loaders.is_static(p);
-    let report = Report::build(
-        &session.trace,
-        &Context {
-            command,
-            exit: Some(status),
-            wall_ns,
-            sources: session.sources(),
-            ..Context::for_run(&is_static)
-        },
-    );
+    let report = session.report(command, Some(status), wall_ns);
     // The report first: a recording that failed (disk full) must not take it along.
     write_report(&report, &args.output_format, user.as_ref())?;
     session.finish(

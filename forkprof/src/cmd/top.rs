@@ -4,60 +4,43 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::TopArgs;
-use crate::elf::LoaderCache;
-use crate::loader;
 use crate::model::top::{Top, TopView};
 use crate::output::tui::{self, TerminalGuard, ViewState};
-use crate::session::{Session, monotonic_ns};
+use crate::session::{self, LiveSession, Stop, StopSignals};
 
 /// How often keys are read in the full-screen view.
 const KEY_POLL: Duration = Duration::from_millis(50);
 
-/// Collects for `interval`, then finishes processes and closes the interval.
-fn interval(
-    session: &mut Session,
-    top: &mut Top,
-    loaders: &LoaderCache,
-    elapsed: Duration,
-) -> Result<TopView> {
-    let live = session.live.as_mut().expect("live session");
-    let done = live.sweep(monotonic_ns(), &|p| loaders.is_static(p));
-    top.add(&done);
-    let counters = live.counters.clone();
-    let in_flight = live.in_flight();
-    let lost = session.losses()?;
-    Ok(top.tick(&counters, lost, in_flight, elapsed.as_secs_f64()))
+/// Closes an interval: finishes processes and computes the view.
+fn interval(session: &mut LiveSession, top: &mut Top, elapsed: Duration) -> Result<TopView> {
+    let sweep = session.sweep()?;
+    top.add(&sweep.done);
+    Ok(top.tick(
+        &sweep.counters,
+        sweep.lost,
+        sweep.in_flight,
+        elapsed.as_secs_f64(),
+    ))
 }
 
 pub fn run(args: TopArgs) -> Result<i32> {
-    loader::check_privileges()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
-    let mut session = Session::start_live()?;
-    let loaders = LoaderCache::default();
+    let mut session = LiveSession::start()?;
     let mut top = Top::default();
     let plain = args.once || args.plain || !std::io::stdout().is_terminal();
     if plain {
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
+        let mut signals = StopSignals::new()?;
         loop {
             let start = Instant::now();
-            let stopped = runtime.block_on(session.run_until(async {
-                tokio::select! {
-                    _ = tokio::time::sleep(args.interval) => false,
-                    _ = int.recv() => true,
-                    _ = term.recv() => true,
-                }
-            }))?;
-            if stopped {
+            let stop =
+                runtime.block_on(session.run_until(signals.or_after(Some(args.interval))))?;
+            if stop == Stop::Signal {
                 return Ok(0);
             }
-            let view = interval(&mut session, &mut top, &loaders, start.elapsed())?;
+            let view = interval(&mut session, &mut top, start.elapsed())?;
             println!("{}", tui::plain_line(&view, args.top));
             if args.once {
                 return Ok(0);
@@ -71,7 +54,7 @@ pub fn run(args: TopArgs) -> Result<i32> {
     loop {
         runtime.block_on(session.run_until(tokio::time::sleep(KEY_POLL)))?;
         if started.elapsed() >= args.interval {
-            let fresh = interval(&mut session, &mut top, &loaders, started.elapsed())?;
+            let fresh = interval(&mut session, &mut top, started.elapsed())?;
             started = Instant::now();
             if !state.paused {
                 view = fresh;

@@ -4,22 +4,15 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::phases::{Phase, PhaseMap};
+
 /// Phases that can explain a difference between two rows: they do not overlap in time when
 /// the workloads run on one CPU. (`vfork_wait` spans the child's run and its exec or exit,
 /// and `pagetable_copy` is part of `fork`.)
 /// `ld_start` and `static_start` are one stage, the C library's start-up before anything is
 /// loaded (CPU feature probes, tunables), in a dynamic and in a static binary: a
 /// dynamic/static ratio compares them with each other.
-pub const EXPLAINING: [&str; 8] = [
-    "fork",
-    "child_run",
-    "exec",
-    "exec_failed",
-    "ld_start",
-    "ld_map",
-    "ld_reloc_init",
-    "exit_teardown",
-];
+pub const EXPLAINING: [Phase; 8] = Phase::EXPLAINING;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RowResult {
@@ -31,7 +24,7 @@ pub struct RowResult {
     /// Wall time per iteration while traced (µs).
     pub us_per_iter_traced: f64,
     /// Mean per iteration of each phase over the spawned processes (µs; cow_faults: count).
-    pub phases_us: BTreeMap<String, f64>,
+    pub phases_us: PhaseMap<f64>,
     /// Mean spawn_cost per iteration / traced wall time per iteration.
     pub spawn_cost_coverage: f64,
     /// Traced / bare - 1.
@@ -41,27 +34,28 @@ pub struct RowResult {
 }
 
 impl RowResult {
-    pub fn phase(&self, name: &str) -> f64 {
-        self.phases_us.get(name).copied().unwrap_or(0.0)
+    pub fn phase(&self, phase: Phase) -> f64 {
+        self.phases_us.get(phase).copied().unwrap_or(0.0)
     }
 
     /// An `EXPLAINING` part: `ld_start` includes `static_start`.
-    fn part(&self, name: &str) -> f64 {
-        match name {
-            "ld_start" => self.phase("ld_start") + self.phase("static_start"),
-            _ => self.phase(name),
+    fn part(&self, phase: Phase) -> f64 {
+        match phase {
+            Phase::LdStart => self.phase(Phase::LdStart) + self.phase(Phase::StaticStart),
+            _ => self.phase(phase),
         }
     }
 }
 
 /// How an `EXPLAINING` part is named when `a` and `b` are compared.
-fn part_name(part: &'static str, a: &RowResult, b: &RowResult) -> &'static str {
-    let statics = [a, b].map(|r| r.phase("static_start") > 0.0);
+fn part_name(part: Phase, a: &RowResult, b: &RowResult) -> String {
+    let statics = [a, b].map(|r| r.phase(Phase::StaticStart) > 0.0);
+    let (ld, st) = (Phase::LdStart.name(), Phase::StaticStart.name());
     match (part, statics) {
-        ("ld_start", [true, false]) => "static_start vs ld_start",
-        ("ld_start", [false, true]) => "ld_start vs static_start",
-        ("ld_start", [true, true]) => "static_start",
-        _ => part,
+        (Phase::LdStart, [true, false]) => format!("{st} vs {ld}"),
+        (Phase::LdStart, [false, true]) => format!("{ld} vs {st}"),
+        (Phase::LdStart, [true, true]) => st.to_string(),
+        _ => part.name().to_string(),
     }
 }
 
@@ -105,7 +99,7 @@ pub const NOISE_TURNS: f64 = 0.02;
 /// The phase whose change between `a` and `b` goes most in the direction of the wall-time
 /// difference, with its share of that difference. Phases come from the traced runs, so the
 /// difference they are compared with is that of the traced runs too.
-pub fn explain(a: &RowResult, b: &RowResult) -> Option<(&'static str, f64)> {
+pub fn explain(a: &RowResult, b: &RowResult) -> Option<(Phase, f64)> {
     let total = a.us_per_iter_traced - b.us_per_iter_traced;
     if total.abs() < f64::EPSILON {
         return None;
@@ -115,7 +109,7 @@ pub fn explain(a: &RowResult, b: &RowResult) -> Option<(&'static str, f64)> {
         .map(|&p| (p, a.part(p) - b.part(p)))
         .filter(|(_, d)| d.signum() == total.signum())
         .max_by(|x, y| x.1.abs().total_cmp(&y.1.abs()))
-        .map(|(p, d)| (part_name(p, a, b), d / total))
+        .map(|(p, d)| (p, d / total))
 }
 
 fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Ratio {
@@ -151,15 +145,16 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
         return out;
     }
     // The child's run after fork includes its copy-on-write faults: say how many.
-    let (cow_a, cow_b) = (a.phase("cow_faults"), b.phase("cow_faults"));
+    let (cow_a, cow_b) = (a.phase(Phase::CowFaults), b.phase(Phase::CowFaults));
     let cow = match explained {
-        Some(("child_run", _)) if (cow_a - cow_b).abs() >= 0.5 => {
+        Some((Phase::ChildRun, _)) if (cow_a - cow_b).abs() >= 0.5 => {
             format!(" (with {cow_a:.1} vs {cow_b:.1} copy-on-write faults)")
         }
         _ => String::new(),
     };
-    out.text = match explained {
-        Some((phase, share)) if share > 1.2 => format!(
+    let named = explained.map(|(p, share)| (part_name(p, a, b), share));
+    out.text = match &named {
+        Some((phase, share)) if *share > 1.2 => format!(
             "{head}; {phase} changed by {:.0} µs, more than the whole difference (other parts moved the other way)",
             share * total
         ),
@@ -169,15 +164,15 @@ fn ratio(name: &str, a: &RowResult, b: &RowResult, turns: Option<&Turns>) -> Rat
         ),
         None => head,
     };
-    let measured_sum: f64 = EXPLAINING.iter().map(|p| a.part(p) - b.part(p)).sum();
+    let measured_sum: f64 = EXPLAINING.iter().map(|&p| a.part(p) - b.part(p)).sum();
     if measured_sum / total < 0.5 {
         out.text.push_str(&format!(
             "; {:.0}% of it is outside the measured phases (switches between parent and child, the parent's wait)",
             100.0 * (1.0 - measured_sum / total)
         ));
     }
-    out.phase = explained.map(|(p, _)| p.to_string());
-    out.share = explained.map_or(0.0, |(_, s)| s);
+    out.share = named.as_ref().map_or(0.0, |(_, s)| *s);
+    out.phase = named.map(|(p, _)| p);
     out
 }
 
@@ -302,9 +297,9 @@ fn slope(rows: &[RowResult], turns: Option<&Turns>) -> Option<Ratio> {
             )
         }
     };
-    let fork = biggest.phase("fork");
+    let fork = biggest.phase(Phase::Fork);
     let share = if fork > 0.0 {
-        biggest.phase("pagetable_copy") / fork
+        biggest.phase(Phase::PagetableCopy) / fork
     } else {
         0.0
     };
@@ -314,7 +309,7 @@ fn slope(rows: &[RowResult], turns: Option<&Turns>) -> Option<Ratio> {
         a_us,
         b_us,
         measured,
-        phase: Some("pagetable_copy".into()),
+        phase: Some(Phase::PagetableCopy.name().into()),
         share,
         text: format!(
             "fork slope: {value:.0} µs per GiB of parent RSS ({how}); at {} MiB, {:.0}% of the fork syscall is pagetable_copy",
@@ -333,7 +328,10 @@ mod tests {
             name: name.into(),
             us_per_iter: us,
             us_per_iter_traced: us,
-            phases_us: phases.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            phases_us: phases
+                .iter()
+                .map(|(k, v)| (Phase::from_name(k).unwrap(), *v))
+                .collect(),
             ..Default::default()
         }
     }
@@ -356,7 +354,7 @@ mod tests {
             &[("fork", 45.0), ("exec", 140.0)],
         );
         let (phase, share) = explain(&dynamic, &stat).unwrap();
-        assert_eq!(phase, "ld_start");
+        assert_eq!(phase.name(), "ld_start");
         assert!((share - 600.0 / 700.0).abs() < 1e-9);
         // A faster row: the phase that shrank most explains it.
         let vfork = row(
@@ -373,7 +371,7 @@ mod tests {
             300.0,
             &[("fork", 150.0), ("exit_teardown", 60.0)],
         );
-        assert_eq!(explain(&vfork, &fork).unwrap().0, "fork");
+        assert_eq!(explain(&vfork, &fork).unwrap().0.name(), "fork");
         let r = ratios(&[vfork, fork, dynamic, stat], &BTreeMap::new());
         assert_eq!(r.len(), 2);
         assert!(
@@ -459,7 +457,7 @@ mod tests {
             &[("exec", 130.0), ("static_start", 620.0), ("ld_start", 0.0)],
         );
         let (phase, share) = explain(&dynamic, &stat).unwrap();
-        assert_eq!(phase, "ld_reloc_init");
+        assert_eq!(phase.name(), "ld_reloc_init");
         assert!((share - 100.0 / 150.0).abs() < 1e-9);
         // Were the two start-ups not the same stage, ld_start would "explain" 400%.
         let traced = Turns {

@@ -1,8 +1,10 @@
 //! Findings: rules over a report, each with a threshold, its numbers and what to do.
 use serde::Serialize;
 
+use super::Method;
+use super::phases::Phase;
 use super::report::{GroupBy, GroupRow, Report};
-use crate::output::duration;
+use crate::units::duration;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Hint {
@@ -24,11 +26,11 @@ pub const PATH_SEARCH_MIN_RATIO: f64 = 1.0;
 /// ... and at least this many failed execs.
 pub const PATH_SEARCH_MIN_FAILED: u64 = 10;
 
-fn phase_total(row: &GroupRow, phase: &str) -> u64 {
+fn phase_total(row: &GroupRow, phase: Phase) -> u64 {
     row.phases.get(phase).map_or(0, |s| s.total)
 }
 
-fn phase_mean(row: &GroupRow, phase: &str) -> Option<u64> {
+fn phase_mean(row: &GroupRow, phase: Phase) -> Option<u64> {
     row.phases
         .get(phase)
         .filter(|s| s.count > 0)
@@ -42,14 +44,14 @@ fn base(path: &str) -> &str {
 pub fn find(report: &Report) -> Vec<Hint> {
     let mut hints = Vec::new();
     for row in report.group(GroupBy::Parent) {
-        let forks = row.methods.get("fork").copied().unwrap_or(0)
+        let forks = row.methods.get(Method::Fork.name()).copied().unwrap_or(0)
             + row.methods.get("clone3").copied().unwrap_or(0);
-        if let Some(mean) = phase_mean(row, "pagetable_copy")
+        if let Some(mean) = phase_mean(row, Phase::PagetableCopy)
             && forks >= PAGETABLE_MIN_FORKS
             && mean >= PAGETABLE_MIN_MEAN_NS
         {
             hints.push(Hint {
-                rule: "pagetable_copy",
+                rule: Phase::PagetableCopy.name(),
                 text: format!(
                     "`{}` forks with a large address space: page-table copy {} per fork × {forks} forks; posix_spawn or vfork avoids it",
                     base(&row.binary),
@@ -67,16 +69,16 @@ pub fn find(report: &Report) -> Vec<Hint> {
                     row.failed_execs as f64 / row.execs.max(1) as f64,
                     base(&row.binary),
                     row.failed_execs,
-                    duration(phase_total(row, "exec_failed"))
+                    duration(phase_total(row, Phase::ExecFailed))
                 ),
             });
         }
     }
     for row in report.group(GroupBy::Binary) {
-        let ld: u64 = ["ld_start", "ld_map", "ld_reloc_init"]
+        let ld: u64 = [Phase::LdStart, Phase::LdMap, Phase::LdRelocInit]
             .iter()
-            .fold(0u64, |acc, p| acc.saturating_add(phase_total(row, p)));
-        let cost = phase_total(row, "spawn_cost");
+            .fold(0u64, |acc, &p| acc.saturating_add(phase_total(row, p)));
+        let cost = phase_total(row, Phase::SpawnCost);
         if row.processes >= LD_MIN_PROCESSES && cost > 0 && ld as f64 >= LD_MIN_SHARE * cost as f64
         {
             let objects = row
@@ -95,9 +97,9 @@ pub fn find(report: &Report) -> Vec<Hint> {
         }
     }
     if report.summary.atime_updates > 0 {
-        let total = report.phases.get("atime").map_or(0, |s| s.total);
+        let total = report.phases.get(Phase::Atime).map_or(0, |s| s.total);
         hints.push(Hint {
-            rule: "atime",
+            rule: Phase::Atime.name(),
             text: format!(
                 "atime updates on exec: {} ({} in all); mount the binaries' filesystem with relatime or noatime",
                 report.summary.atime_updates,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use forkprof_common::ProcKey;
 
 use super::hints::Hint;
-use super::phases::{Phase, atime_updates};
+use super::phases::{Phase, PhaseMap, atime_updates};
 use super::stats::{Accumulator, Summary};
 use super::trace::{Binaries, ExitStatus, LostCounts, Shared};
 use super::{Method, PHASES, Phases, Process, Trace};
@@ -25,8 +25,8 @@ pub struct Report {
     pub summary: SummaryCounts,
     pub methods: BTreeMap<&'static str, u64>,
     /// Which kernel hook measured each phase.
-    pub sources: BTreeMap<&'static str, String>,
-    pub phases: BTreeMap<&'static str, Summary>,
+    pub sources: PhaseMap<String>,
+    pub phases: PhaseMap<Summary>,
     /// Grouping ("binary", "parent", "method", "ancestry") -> rows, sorted.
     pub groups: BTreeMap<&'static str, Vec<GroupRow>>,
     /// Findings, each with its numbers and what to do.
@@ -70,7 +70,7 @@ pub struct GroupRow {
     /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
     pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
-    pub phases: BTreeMap<&'static str, Summary>,
+    pub phases: PhaseMap<Summary>,
 }
 
 #[derive(Debug, Serialize)]
@@ -97,10 +97,10 @@ pub struct ProcessRow {
     pub exit: Option<ExitStatus>,
     /// Inode-dirty events (atime updates) during this process's execs and ld.so.
     pub atime_updates: u64,
-    pub phases: BTreeMap<&'static str, u64>,
+    pub phases: PhaseMap<u64>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupBy {
     /// The binary a process ran last.
     Binary,
@@ -123,7 +123,7 @@ impl GroupBy {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SortBy {
     /// Total spawn cost.
     #[default]
@@ -167,7 +167,7 @@ pub struct Context<'a> {
     pub command: Vec<String>,
     pub exit: Option<ExitStatus>,
     pub wall_ns: u64,
-    pub sources: BTreeMap<&'static str, String>,
+    pub sources: PhaseMap<String>,
     /// True when the binary at this path is statically linked (no ELF interpreter).
     pub is_static: &'a dyn Fn(&[u8]) -> bool,
     pub groupings: Vec<GroupBy>,
@@ -187,7 +187,7 @@ impl<'a> Context<'a> {
             command: Vec::new(),
             exit: None,
             wall_ns: 0,
-            sources: BTreeMap::new(),
+            sources: PhaseMap::default(),
             is_static,
             groupings: vec![GroupBy::Binary, GroupBy::Parent],
             sort: SortBy::Total,
@@ -247,12 +247,12 @@ impl Phased {
         }
     }
 
-    fn summaries(mut self) -> BTreeMap<&'static str, Summary> {
+    fn summaries(mut self) -> PhaseMap<Summary> {
         PHASES
             .iter()
             .filter_map(|&phase| {
                 let s = self.0[phase as usize].summary();
-                (s.count > 0).then_some((phase.name(), s))
+                (s.count > 0).then_some((phase, s))
             })
             .collect()
     }
@@ -299,7 +299,7 @@ impl Group {
 }
 
 fn sort_key(row: &GroupRow, sort: SortBy) -> u64 {
-    let cost = row.phases.get("spawn_cost");
+    let cost = row.phases.get(Phase::SpawnCost);
     match sort {
         SortBy::Total => cost.map_or(0, |s| s.total),
         SortBy::Mean => cost.map_or(0, |s| s.mean),
@@ -485,7 +485,7 @@ impl Report {
                     atime_updates: atime,
                     phases: PHASES
                         .iter()
-                        .filter_map(|&phase| ph.get(phase).map(|v| (phase.name(), v)))
+                        .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
                         .collect(),
                 });
             }

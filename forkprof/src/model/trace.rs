@@ -20,11 +20,19 @@ pub struct LostCounts {
     pub state_map_full: u64,
     /// Ring-buffer items the agent could not decode.
     pub undecodable: u64,
+    /// Records the recording writer could not store (it stopped: disk full, say). Shown only
+    /// when nonzero, so that the JSON of earlier inputs stays as it was.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub recording_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl LostCounts {
     pub fn total(&self) -> u64 {
-        self.ringbuf_full + self.state_map_full + self.undecodable
+        self.ringbuf_full + self.state_map_full + self.undecodable + self.recording_dropped
     }
 }
 
@@ -224,8 +232,6 @@ pub struct Trace {
     pub last_ns: u64,
     /// The process `forkprof run` started.
     pub root: Option<ProcKey>,
-    /// Successful execs (pid, path) not yet taken by `take_new_execs`, when enabled.
-    pub new_execs: Option<Vec<(u32, Vec<u8>)>>,
 }
 
 impl Default for Trace {
@@ -243,7 +249,6 @@ impl Default for Trace {
             first_ns: None,
             last_ns: 0,
             root: None,
-            new_execs: None,
         }
     }
 }
@@ -352,11 +357,6 @@ impl Trace {
             Record::Exec(r) => {
                 let path = self.intern(c_bytes(&r.path));
                 let attempt = ExecAttempt::new(&r, path, self.keep_args);
-                if let Some(log) = &mut self.new_execs
-                    && attempt.errno == 0
-                {
-                    log.push((r.hdr.proc.pid, attempt.path.to_vec()));
-                }
                 let p = self.process(r.hdr.proc);
                 p.child_run_ns = p.child_run_ns.saturating_add(r.child_run_ns);
                 push_one(&mut p.execs, attempt);

@@ -27,7 +27,7 @@ pub fn write(report: &Report, by: GroupBy, out: &mut dyn Write) -> Result<()> {
             row.failed_execs.to_string(),
         ];
         for phase in PHASES {
-            match row.phases.get(phase.name()) {
+            match row.phases.get(phase) {
                 Some(s) => rec
                     .extend([s.count, s.total, s.mean, s.p50, s.p90, s.p99].map(|v| v.to_string())),
                 None => rec.extend(std::iter::repeat_n(String::new(), 6)),

@@ -1,5 +1,6 @@
 //! A trace-event JSON timeline (ui.perfetto.dev, chrome://tracing): one track per process,
 //! slices for its phases, and a flow arrow from each parent's fork to the child.
+use crate::model::phases::Phase;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -100,7 +101,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
         {
             t.slice(
                 *parent,
-                "fork",
+                Phase::Fork.name(),
                 s.start_ns,
                 s.fork_ns,
                 json!({"child": p.key.pid, "pagetable_copy_ns": s.pagetable_copy_ns}),
@@ -108,7 +109,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             if s.vfork_wait_ns > 0 {
                 t.slice(
                     *parent,
-                    "vfork_wait",
+                    Phase::VforkWait.name(),
                     s.start_ns.saturating_add(s.fork_ns),
                     s.vfork_wait_ns,
                     json!({}),
@@ -123,7 +124,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             if e.errno != 0 {
                 t.slice(
                     id,
-                    "exec_failed",
+                    Phase::ExecFailed.name(),
                     start,
                     e.exec_ns,
                     json!({"path": escape(&e.path), "errno": e.errno}),
@@ -132,15 +133,21 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             }
             t.slice(
                 id,
-                "exec",
+                Phase::Exec.name(),
                 start,
                 e.exec_ns,
                 json!({"path": escape(&e.path)}),
             )?;
-            t.slice(id, "exec_prepare", start, e.exec_prepare_ns, json!({}))?;
             t.slice(
                 id,
-                "exec_load",
+                Phase::ExecPrepare.name(),
+                start,
+                e.exec_prepare_ns,
+                json!({}),
+            )?;
+            t.slice(
+                id,
+                Phase::ExecLoad.name(),
                 start.saturating_add(e.exec_prepare_ns),
                 e.exec_load_ns,
                 json!({}),
@@ -153,22 +160,28 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             let reloc = ld.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
             let map = reloc.saturating_sub(ld.ld_map_ns);
             let start = map.saturating_sub(ld.ld_start_ns);
-            t.slice(id, "ld_start", start, ld.ld_start_ns, json!({}))?;
+            t.slice(id, Phase::LdStart.name(), start, ld.ld_start_ns, json!({}))?;
             t.slice(
                 id,
-                "ld_map",
+                Phase::LdMap.name(),
                 map,
                 ld.ld_map_ns,
                 json!({"objects": ld.openat_count.saturating_sub(1)}),
             )?;
-            t.slice(id, "ld_reloc_init", reloc, ld.ld_reloc_init_ns, json!({}))?;
+            t.slice(
+                id,
+                Phase::LdRelocInit.name(),
+                reloc,
+                ld.ld_reloc_init_ns,
+                json!({}),
+            )?;
         }
         if let Some(x) = &p.exit
             && x.notified
         {
             t.slice(
                 id,
-                "exit_teardown",
+                Phase::ExitTeardown.name(),
                 x.exit_ns,
                 x.exit_teardown_ns,
                 json!({"exit_code": x.exit_code}),

@@ -8,7 +8,7 @@ use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_
 use super::duration;
 use crate::model::{
     Report,
-    phases::{PHASES, Phase},
+    phases::{PHASES, Phase, PhaseMap},
     report::GroupRow,
     stats::Summary,
     trace::ExitStatus,
@@ -43,8 +43,8 @@ fn value(phase: Phase, v: u64) -> String {
     }
 }
 
-fn phase_total(phases: &BTreeMap<&'static str, Summary>, name: &str) -> (String, String) {
-    match phases.get(name) {
+fn phase_total(phases: &PhaseMap<Summary>, phase: Phase) -> (String, String) {
+    match phases.get(phase) {
         Some(s) if s.count > 0 => (duration(s.total), duration(s.mean)),
         _ => ("-".into(), "-".into()),
     }
@@ -68,7 +68,7 @@ fn group_table(
         "methods",
     ]);
     for r in rows.iter().take(top) {
-        let (total, mean) = phase_total(&r.phases, "spawn_cost");
+        let (total, mean) = phase_total(&r.phases, Phase::SpawnCost);
         t.add_row(vec![
             Cell::new(&r.binary),
             Cell::new(r.processes),
@@ -86,22 +86,6 @@ fn group_table(
     Ok(())
 }
 
-/// Phases shown per binary: the parts of spawn_cost, the page-table copy, the child's run
-/// after fork and its COW faults.
-const BREAKDOWN: [Phase; 11] = [
-    Phase::Fork,
-    Phase::PagetableCopy,
-    Phase::ChildRun,
-    Phase::Exec,
-    Phase::ExecFailed,
-    Phase::StaticStart,
-    Phase::LdStart,
-    Phase::LdMap,
-    Phase::LdRelocInit,
-    Phase::ExitTeardown,
-    Phase::CowFaults,
-];
-
 /// Mean of each phase per binary ("-" where not measured).
 fn breakdown_table(
     title: &str,
@@ -111,13 +95,13 @@ fn breakdown_table(
     out: &mut dyn Write,
 ) -> Result<()> {
     writeln!(out, "\n{title}")?;
-    let mut header = vec![first, "spawn_cost"];
-    header.extend(BREAKDOWN.iter().map(|p| p.name()));
+    let mut header = vec![first, Phase::SpawnCost.name()];
+    header.extend(Phase::BREAKDOWN.iter().map(|p| p.name()));
     let mut t = new_table(&header);
     for r in rows.iter().filter(|r| r.processes > 0).take(top) {
         let mut cells = vec![Cell::new(&r.binary)];
-        for phase in std::iter::once(Phase::SpawnCost).chain(BREAKDOWN) {
-            cells.push(Cell::new(match r.phases.get(phase.name()) {
+        for phase in std::iter::once(Phase::SpawnCost).chain(Phase::BREAKDOWN) {
+            cells.push(Cell::new(match r.phases.get(phase) {
                 Some(s) if s.count > 0 => value(phase, s.mean),
                 _ => "-".into(),
             }));
@@ -152,16 +136,20 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
         s.spawn_rate_mean_per_s, s.spawn_rate_peak_per_s, s.atime_updates, s.lost_events
     )?;
     if s.lost_events > 0 {
+        let dropped = match s.lost.recording_dropped {
+            0 => String::new(),
+            n => format!(", not recorded {n}"),
+        };
         writeln!(
             out,
-            "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}): totals are incomplete",
+            "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}{dropped}): totals are incomplete",
             s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable
         )?;
     }
     writeln!(
         out,
         "  spawn cost {} in all = {:.1}% of wall time",
-        duration(report.phases.get("spawn_cost").map_or(0, |p| p.total)),
+        duration(report.phases.get(Phase::SpawnCost).map_or(0, |p| p.total)),
         100.0 * s.spawn_cost_share_of_wall
     )?;
     writeln!(out, "  methods: {}", methods(&report.methods))?;
@@ -171,10 +159,10 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
     for phase in PHASES {
         let source = report
             .sources
-            .get(phase.name())
+            .get(phase)
             .cloned()
             .unwrap_or_else(|| "sum of the phases above".into());
-        match report.phases.get(phase.name()) {
+        match report.phases.get(phase) {
             Some(p) => t.add_row(vec![
                 Cell::new(phase.name()),
                 Cell::new(p.count),

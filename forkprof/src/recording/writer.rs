@@ -1,6 +1,8 @@
 //! The recording writer: a thread of its own that inserts records in batches and commits at
 //! least every `COMMIT_EVERY`, so that a SIGKILL loses at most that much.
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,6 +22,8 @@ pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 enum Msg {
     Record(Box<Record>),
     Lost(LostCounts),
+    /// Commit what came before, then answer (see `Writer::dropped`).
+    Sync(Sender<()>),
     Finish(Box<Finish>),
 }
 
@@ -43,6 +47,24 @@ struct ProcessOut {
 pub struct Writer {
     tx: Sender<Msg>,
     handle: JoinHandle<Result<()>>,
+    /// Records that never reached the file (see `dropped`).
+    dropped: Arc<AtomicU64>,
+}
+
+/// The writer thread's progress: records inserted but not yet committed, and the `Sync`s
+/// to answer once they are.
+#[derive(Default)]
+struct Progress {
+    pending: u64,
+    acks: Vec<Sender<()>>,
+}
+
+impl Progress {
+    fn answer(&mut self) {
+        for ack in self.acks.drain(..) {
+            let _ = ack.send(());
+        }
+    }
 }
 
 /// Bytes as TEXT when they are UTF-8, else as a BLOB: SQLite keeps either per value.
@@ -166,7 +188,12 @@ fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
     ]
 }
 
-fn run(mut conn: Connection, rx: Receiver<Msg>, keep_args: bool) -> Result<()> {
+fn run(
+    mut conn: Connection,
+    rx: &Receiver<Msg>,
+    keep_args: bool,
+    progress: &mut Progress,
+) -> Result<()> {
     loop {
         // Wait for the first message of a batch, then gather for up to COMMIT_EVERY.
         let first = match rx.recv() {
@@ -179,8 +206,15 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, keep_args: bool) -> Result<()> {
         let mut finish = None;
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Record(r) => insert(&tx, &r, keep_args)?,
+                Msg::Record(r) => {
+                    progress.pending += 1;
+                    insert(&tx, &r, keep_args)?;
+                }
                 Msg::Lost(l) => set_meta(&tx, &lost_meta(&l))?,
+                Msg::Sync(ack) => {
+                    progress.acks.push(ack);
+                    break;
+                }
                 Msg::Finish(f) => {
                     finish = Some(f);
                     break;
@@ -216,10 +250,32 @@ fn run(mut conn: Connection, rx: Receiver<Msg>, keep_args: bool) -> Result<()> {
                 }
             }
             tx.commit()?;
+            progress.pending = 0;
             conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
             return Ok(());
         }
         tx.commit()?;
+        progress.pending = 0;
+        progress.answer();
+    }
+}
+
+/// After the writer stopped on an error: counts what it had not committed and every record
+/// still sent to it as dropped, answering `Sync`s, until `Finish` or the last sender goes.
+fn discard(rx: &Receiver<Msg>, mut progress: Progress, dropped: &AtomicU64) {
+    dropped.fetch_add(progress.pending, Ordering::SeqCst);
+    progress.answer();
+    for msg in rx.iter() {
+        match msg {
+            Msg::Record(_) => {
+                dropped.fetch_add(1, Ordering::SeqCst);
+            }
+            Msg::Lost(_) => {}
+            Msg::Sync(ack) => {
+                let _ = ack.send(());
+            }
+            Msg::Finish(_) => return,
+        }
     }
 }
 
@@ -256,23 +312,47 @@ impl Writer {
         }
         let (tx, rx) = mpsc::channel();
         let shown = path.display().to_string();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counted = dropped.clone();
         let handle = std::thread::Builder::new()
             .name("forkprof-writer".into())
             .spawn(move || {
-                let result = run(conn, rx, keep_args);
+                let mut progress = Progress::default();
+                let result = run(conn, &rx, keep_args, &mut progress);
                 if let Err(e) = &result {
                     // Say so at once: the trace goes on, the file keeps what was committed.
                     eprintln!(
                         "forkprof: recording to {shown} stopped: {e:#}; it keeps everything committed before"
                     );
+                    discard(&rx, progress, &counted);
                 }
                 result
             })?;
-        Ok(Self { tx, handle })
+        Ok(Self {
+            tx,
+            handle,
+            dropped,
+        })
     }
 
+    /// Queues a record. The channel is unbounded, so the writer never drops a record for
+    /// being slow; it drops them only once it has stopped, and counts them.
     pub fn record(&self, record: &Record) {
-        let _ = self.tx.send(Msg::Record(Box::new(record.clone())));
+        if self.tx.send(Msg::Record(Box::new(record.clone()))).is_err() {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Records that did not reach the file: those of a batch whose insert or commit failed,
+    /// and every one sent after the recording stopped. First waits until the writer has
+    /// committed (or dropped) everything sent before, so the count is final for them.
+    pub fn dropped(&self) -> u64 {
+        let (ack, answered) = mpsc::channel();
+        if self.tx.send(Msg::Sync(ack)).is_ok() {
+            // An error: the writer is gone (a panic), and counts nothing more.
+            let _ = answered.recv();
+        }
+        self.dropped.load(Ordering::SeqCst)
     }
 
     pub fn lost(&self, lost: &LostCounts) {
@@ -308,7 +388,11 @@ impl Writer {
                     Some(crate::model::trace::ExitStatus::Signal(s)) => Some(s),
                     _ => None,
                 },
-                phases: p.phases.iter().map(|(k, v)| (*k, *v)).collect(),
+                phases: p
+                    .phases
+                    .iter_by_name()
+                    .map(|(k, v)| (k.name(), *v))
+                    .collect(),
             })
             .collect();
         let _ = self
@@ -319,5 +403,76 @@ impl Writer {
             .join()
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
             .context("writing the recording")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests_support::{exit, key};
+
+    fn fresh(name: &str) -> (std::path::PathBuf, Writer) {
+        let dir =
+            std::env::temp_dir().join(format!("forkprof-writer-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("w.db");
+        let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
+        (path, writer)
+    }
+
+    fn exits_in(path: &Path) -> i64 {
+        let conn = Connection::open(path).unwrap();
+        conn.query_row("SELECT count(*) FROM exits", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn dropped_commits_what_came_before_and_counts_nothing_when_all_is_stored() {
+        let (path, w) = fresh("ok");
+        for pid in 1..=3 {
+            w.record(&exit(key(pid, pid as u64), 0));
+        }
+        assert_eq!(w.dropped(), 0);
+        assert_eq!(exits_in(&path), 3, "committed before dropped() answered");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn recording_dropped_is_in_the_total_and_in_json_only_when_nonzero() {
+        let mut lost = LostCounts {
+            ringbuf_full: 1,
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&lost).unwrap();
+        assert_eq!(
+            json,
+            r#"{"ringbuf_full":1,"state_map_full":0,"undecodable":0}"#
+        );
+        lost.recording_dropped = 2;
+        assert_eq!(lost.total(), 3);
+        assert!(
+            serde_json::to_string(&lost)
+                .unwrap()
+                .ends_with(r#""undecodable":0,"recording_dropped":2}"#)
+        );
+    }
+
+    #[test]
+    fn a_stopped_writer_counts_every_record_it_drops() {
+        let (path, w) = fresh("stopped");
+        // Another connection holds the write lock: the writer's first insert fails (busy),
+        // and the recording stops there.
+        let blocker = Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        for pid in 1..=3 {
+            w.record(&exit(key(pid, pid as u64), 0));
+        }
+        assert_eq!(w.dropped(), 3);
+        drop(blocker);
+        w.record(&exit(key(4, 4), 0));
+        assert_eq!(w.dropped(), 4, "a stopped recording stays stopped");
+        assert_eq!(exits_in(&path), 0);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 }

@@ -1,3 +1,4 @@
+//! Rebuilds the eBPF object when bpf-linker changes (it is not a cargo dependency).
 use which::which;
 
 /// Rebuild the eBPF object when bpf-linker changes (it is not a cargo dependency).

@@ -4,8 +4,8 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use forkprof_common::stat;
 use tokio::io::{Interest, unix::AsyncFd};
 
+use crate::decode::{Record, decode};
 use crate::model::trace::LostCounts;
-use crate::records::{Record, decode};
 
 /// How often the agent collects records when the kernel has not woken it.
 pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);

@@ -6,7 +6,7 @@ use std::path::Path;
 use object::{Object as _, read::elf::ProgramHeader as _};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Loader {
+pub enum Interp {
     /// No PT_INTERP: nothing runs before the program's own start-up code.
     Static,
     /// PT_INTERP names this interpreter.
@@ -15,19 +15,19 @@ pub enum Loader {
     Unknown,
 }
 
-pub fn loader_of(path: &Path) -> Loader {
+pub fn interp_of(path: &Path) -> Interp {
     let Ok(data) = std::fs::read(path) else {
-        return Loader::Unknown;
+        return Interp::Unknown;
     };
-    loader_of_bytes(&data)
+    interp_of_bytes(&data)
 }
 
-pub fn loader_of_bytes(data: &[u8]) -> Loader {
+pub fn interp_of_bytes(data: &[u8]) -> Interp {
     let Ok(file) = object::File::parse(data) else {
-        return Loader::Unknown;
+        return Interp::Unknown;
     };
     if file.segments().next().is_none() {
-        return Loader::Unknown;
+        return Interp::Unknown;
     }
     let interp = match &file {
         object::File::Elf64(elf) => elf
@@ -38,19 +38,19 @@ pub fn loader_of_bytes(data: &[u8]) -> Loader {
             .elf_program_headers()
             .iter()
             .find_map(|ph| ph.interpreter(elf.endian(), elf.data()).ok().flatten()),
-        _ => return Loader::Unknown,
+        _ => return Interp::Unknown,
     };
     match interp {
-        Some(i) => Loader::Dynamic(String::from_utf8_lossy(i).into_owned()),
-        None => Loader::Static,
+        Some(i) => Interp::Dynamic(String::from_utf8_lossy(i).into_owned()),
+        None => Interp::Static,
     }
 }
 
-/// Caches `loader_of` per path for one report.
+/// Caches `interp_of` per path for one report.
 #[derive(Default)]
-pub struct LoaderCache(std::cell::RefCell<HashMap<Vec<u8>, Loader>>);
+pub struct InterpCache(std::cell::RefCell<HashMap<Vec<u8>, Interp>>);
 
-impl LoaderCache {
+impl InterpCache {
     pub fn is_static(&self, path: &[u8]) -> bool {
         use std::os::unix::ffi::OsStrExt as _;
         if !path.starts_with(b"/") {
@@ -59,8 +59,8 @@ impl LoaderCache {
         self.0
             .borrow_mut()
             .entry(path.to_vec())
-            .or_insert_with(|| loader_of(Path::new(std::ffi::OsStr::from_bytes(path))))
-            == &Loader::Static
+            .or_insert_with(|| interp_of(Path::new(std::ffi::OsStr::from_bytes(path))))
+            == &Interp::Static
     }
 }
 
@@ -70,11 +70,11 @@ mod tests {
 
     #[test]
     fn non_elf_is_unknown() {
-        assert_eq!(loader_of_bytes(b"#!/bin/sh\n"), Loader::Unknown);
-        assert_eq!(loader_of_bytes(b""), Loader::Unknown);
+        assert_eq!(interp_of_bytes(b"#!/bin/sh\n"), Interp::Unknown);
+        assert_eq!(interp_of_bytes(b""), Interp::Unknown);
         assert_eq!(
-            loader_of(Path::new("/nonexistent/forkprof")),
-            Loader::Unknown
+            interp_of(Path::new("/nonexistent/forkprof")),
+            Interp::Unknown
         );
     }
 
@@ -82,8 +82,8 @@ mod tests {
     fn system_binary_has_an_interpreter() {
         // /bin/sh is dynamically linked on every distribution forkprof supports.
         assert!(matches!(
-            loader_of(Path::new("/bin/sh")),
-            Loader::Dynamic(_)
+            interp_of(Path::new("/bin/sh")),
+            Interp::Dynamic(_)
         ));
     }
 }

@@ -14,8 +14,8 @@ use aya::{
     programs::{UProbe, uprobe::UProbeScope},
 };
 
-use crate::elf::{Loader, loader_of};
-use crate::records::{Record, c_bytes};
+use crate::decode::{Record, c_bytes};
+use crate::elf::{Interp, interp_of};
 
 const LD_PROGRAM: &str = "forkprof_ld_debug_state";
 const LIBC_PROGRAM: &str = "forkprof_libc_start_main";
@@ -43,8 +43,8 @@ impl LdProbes {
         program(ebpf, LD_PROGRAM)?.load()?;
         program(ebpf, LIBC_PROGRAM)?.load()?;
         let mut me = Self::default();
-        match loader_of(Path::new("/bin/sh")) {
-            Loader::Dynamic(interp) => me.attach_interpreter(ebpf, Path::new(&interp))?,
+        match interp_of(Path::new("/bin/sh")) {
+            Interp::Dynamic(interp) => me.attach_interpreter(ebpf, Path::new(&interp))?,
             _ => anyhow::bail!("/bin/sh has no ELF interpreter to find glibc's ld.so by"),
         }
         Ok(me)
@@ -93,7 +93,7 @@ impl LdProbes {
         } else {
             PathBuf::from("/")
         };
-        let Loader::Dynamic(interp) = loader_of(&root.join(rel)) else {
+        let Interp::Dynamic(interp) = interp_of(&root.join(rel)) else {
             return;
         };
         let interp = root.join(interp.trim_start_matches('/'));

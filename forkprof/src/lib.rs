@@ -1,19 +1,18 @@
 //! forkprof as a library: the binary (`main.rs`) only parses and dispatches. Everything that
-//! turns kernel records into numbers (`records`, `model`, `output`) is usable, and tested,
+//! turns kernel records into numbers (`decode`, `model`, `output`) is usable, and tested,
 //! without root; the rest loads and drives the eBPF programs.
 pub mod btf;
+pub mod capabilities;
 pub mod cli;
 pub mod cmd;
 pub mod collector;
-pub mod compat;
+pub mod decode;
 pub mod elf;
 pub mod ldprobes;
 pub mod loader;
-pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod privilege;
 pub mod recording;
-pub mod records;
 pub mod session;
 pub mod units;

@@ -19,7 +19,7 @@ use aya::{
 use serde::Serialize;
 
 use crate::btf::{self, KernelInfo, Param};
-use crate::compat;
+use crate::capabilities;
 use crate::model::phases::{Phase, PhaseMap};
 
 /// Where a program attaches.
@@ -467,7 +467,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 let result = attach(&mut ebpf, &kernel, vmlinux.as_ref(), h);
                 let failure = result
                     .err()
-                    .map(|e| compat::explain_failure(h.target.kind(), &format!("{e:#}")));
+                    .map(|e| capabilities::explain_failure(h.target.kind(), &format!("{e:#}")));
                 if let Some((full, hint)) = &failure {
                     // One short reason per source is enough for the phase's "not measured";
                     // doctor prints the whole chain.

@@ -9,7 +9,8 @@ use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::collector::Collector;
-use crate::elf::LoaderCache;
+use crate::decode::Record;
+use crate::elf::InterpCache;
 use crate::ldprobes::LdProbes;
 use crate::loader::{self, LoadOptions, Loaded};
 use crate::model::live::{Counters, Finished, Live};
@@ -18,7 +19,6 @@ use crate::model::trace::{ExitStatus, LostCounts};
 use crate::model::{Report, Trace};
 use crate::privilege::InvokingUser;
 use crate::recording::Writer;
-use crate::records::Record;
 
 /// What a trace session traces and where it records. The default: the processes added to it
 /// (and their descendants), nothing recorded.
@@ -349,7 +349,7 @@ impl TraceSession {
 
     /// The report of what was collected, as `run` and `record` show it.
     pub fn report(&self, command: Vec<String>, exit: Option<ExitStatus>, wall_ns: u64) -> Report {
-        let loaders = LoaderCache::default();
+        let loaders = InterpCache::default();
         let is_static = |p: &[u8]| loaders.is_static(p);
         Report::build(
             &self.trace,
@@ -388,7 +388,7 @@ pub struct Sweep {
 pub struct LiveSession {
     tracer: Tracer,
     live: Live,
-    loaders: LoaderCache,
+    loaders: InterpCache,
 }
 
 impl LiveSession {
@@ -397,7 +397,7 @@ impl LiveSession {
         Ok(Self {
             tracer: Tracer::start(true, false)?,
             live: Live::default(),
-            loaders: LoaderCache::default(),
+            loaders: InterpCache::default(),
         })
     }
 

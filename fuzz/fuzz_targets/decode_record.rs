@@ -2,8 +2,8 @@
 //! the model and a full report without panicking either.
 #![no_main]
 
+use forkprof::decode::decode;
 use forkprof::model::{Report, Trace, report::Context};
-use forkprof::records::decode;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 //! Shape: a tree (each process's parent is process i/8), fork and posix_spawn alternating,
 //! 50 distinct binaries, one successful exec each plus a failed PATH-search attempt for one
 //! process in four, a complete dynamic-linker window and an exit. Written with
-//! `SCHEMA_VERSION`'s columns: the unit test below fails when the schema grows a column.
+//! `RECORDING_SCHEMA`'s columns: the unit test below fails when the schema grows a column.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 

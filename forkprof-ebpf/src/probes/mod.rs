@@ -1,3 +1,5 @@
+//! The kernel programs' bodies, one module per subsystem: syscalls, fork, exec, the dynamic
+//! linker, the address space (mm), atime, and exit.
 pub mod atime;
 pub mod dynlink;
 pub mod exec;

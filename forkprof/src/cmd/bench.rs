@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, Result, bail};
 
 use crate::cli::BenchArgs;
-use crate::elf::LoaderCache;
+use crate::elf::InterpCache;
 use crate::loader;
 use crate::model::Report;
 use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, SWEEP_PREFIX, Turns, ratios};
@@ -411,7 +411,7 @@ impl Bench {
         let done = tokio::task::spawn_blocking(move || turns.finish());
         let outputs = runtime.block_on(session.run_until(done))???;
         session.drain()?;
-        let loaders = LoaderCache::default();
+        let loaders = InterpCache::default();
         let is_static = |p: &[u8]| loaders.is_static(p);
         let report = Report::build(&session.trace, &ReportContext::for_run(&is_static));
         let rows = report.processes.unwrap_or_default();

@@ -4,8 +4,8 @@ use anyhow::Result;
 use serde_json::json;
 
 use crate::btf;
+use crate::capabilities;
 use crate::cli::DoctorArgs;
-use crate::compat;
 use crate::loader::{self, LoadOptions};
 
 pub fn run(args: &DoctorArgs) -> Result<i32> {
@@ -43,7 +43,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         .jobs
         .iter()
         .all(|j| j.used.is_some() || !j.job.required);
-    let capabilities = compat::probe(&mut loaded.ebpf);
+    let capabilities = capabilities::probe(&mut loaded.ebpf);
     let sources = loaded.sources();
     if args.json {
         let caps: Vec<_> = capabilities
@@ -52,7 +52,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
             .collect();
         let out = json!({
             "kernel": release,
-            "lockdown": compat::lockdown(),
+            "lockdown": capabilities::lockdown(),
             "layout": {
                 "exit_at_syscall": loaded.kernel.layout.exit_at_syscall != 0,
             },
@@ -77,7 +77,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     );
     println!(
         "lockdown      {}",
-        compat::lockdown()
+        capabilities::lockdown()
             .unwrap_or_else(|| "unknown (securityfs not mounted or no lockdown LSM)".into())
     );
     println!("privileges    CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes");

@@ -1,3 +1,4 @@
+//! One module per subcommand: parse nothing, drive a session or a recording, print.
 pub mod bench;
 pub mod doctor;
 pub mod monitor;

@@ -6,7 +6,7 @@ use anyhow::{Context as _, Result};
 use axum::{Router, http::header, response::IntoResponse, routing::get};
 
 use crate::cli::MonitorArgs;
-use crate::metrics::Metrics;
+use crate::output::prometheus::Metrics;
 use crate::session::{self, LiveSession, Stop, StopSignals};
 
 /// How often finished processes are folded into the metrics.

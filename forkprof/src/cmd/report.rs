@@ -4,7 +4,7 @@ use std::io::Write as _;
 use anyhow::Result;
 
 use crate::cli::{Format, ReportCmdArgs};
-use crate::elf::LoaderCache;
+use crate::elf::InterpCache;
 use crate::model::phases::Phase;
 use crate::model::report::GroupBy;
 use crate::model::{
@@ -47,7 +47,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         .collect();
     let by = GroupBy::from(args.by);
     let groupings = vec![by];
-    let loaders = LoaderCache::default();
+    let loaders = InterpCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let command = recording
         .meta

@@ -6,7 +6,7 @@ use forkprof_common::ld_outcome;
 use super::Method;
 use super::phases::Phases;
 use super::trace::{Process, Shared, Trace};
-use crate::records::{Record, c_bytes};
+use crate::decode::{Record, c_bytes};
 
 /// How long after its exit a process waits for late records (a vfork parent's spawn record
 /// can arrive after the child has exited).

@@ -12,7 +12,7 @@ use super::stats::{Accumulator, Summary};
 use super::trace::{Binaries, ExitStatus, LostCounts, Shared};
 use super::{Method, PHASES, Phases, Process, Trace};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub const REPORT_JSON_VERSION: u32 = 1;
 
 #[derive(Debug, Serialize)]
 pub struct Report {
@@ -505,7 +505,7 @@ impl Report {
             .map(|(by, map)| (by.name(), sorted(map, ctx.sort)))
             .collect();
         let mut report = Self {
-            schema_version: SCHEMA_VERSION,
+            schema_version: REPORT_JSON_VERSION,
             forkprof_version: env!("CARGO_PKG_VERSION"),
             command: ctx.command.clone(),
             exit: ctx.exit,

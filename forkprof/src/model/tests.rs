@@ -4,7 +4,7 @@ use forkprof_common::{ProcKey, ld_outcome};
 use super::report::{Context, GroupBy, Report};
 use super::tests_support::*;
 use super::{Method, Phases, Trace, phases::Phase};
-use crate::records::Record;
+use crate::decode::Record;
 
 /// root (pid 1) execs /bin/make; make forks a child (pid 2) which fails one exec, then
 /// execs /bin/cc, links dynamically and exits 0; the records arrive out of order.

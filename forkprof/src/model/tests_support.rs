@@ -4,7 +4,7 @@ use forkprof_common::{
     RecordHeader, SpawnRecord, kind,
 };
 
-use crate::records::Record;
+use crate::decode::Record;
 
 pub fn key(pid: u32, start_ns: u64) -> ProcKey {
     ProcKey {

@@ -10,7 +10,7 @@ use serde::Serialize;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Method;
-use crate::records::{Record, c_bytes};
+use crate::decode::{Record, c_bytes};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LostCounts {

@@ -1,3 +1,4 @@
+//! The report as JSON (`--json`, `--format json`).
 use std::io::Write;
 
 use anyhow::Result;

@@ -4,6 +4,7 @@ pub mod csv;
 pub mod flamegraph;
 pub mod json;
 pub mod perfetto;
+pub mod prometheus;
 pub mod table;
 pub mod tui;
 

@@ -9,7 +9,7 @@ pub use writer::Writer;
 
 /// Bumped on any incompatible change; a reader refuses newer versions and reads older ones.
 /// 2: `lds.static_start_ns`, `execs.child_run_ns`, `exits.child_run_ns`.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const RECORDING_SCHEMA: u32 = 3;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

@@ -12,9 +12,9 @@ use forkprof_common::{
 };
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
 
-use super::{SCHEMA_VERSION, ld_outcome_code};
+use super::{RECORDING_SCHEMA, ld_outcome_code};
+use crate::decode::Record;
 use crate::model::Trace;
-use crate::records::Record;
 
 #[derive(Debug)]
 pub struct RecordingError {
@@ -103,9 +103,9 @@ impl Recording {
             .get("schema_version")
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| err("not a forkprof recording (no schema_version)".into()))?;
-        if version > SCHEMA_VERSION {
+        if version > RECORDING_SCHEMA {
             return Err(err(format!(
-                "recorded with schema version {version}, newer than this forkprof reads ({SCHEMA_VERSION}); upgrade forkprof"
+                "recorded with schema version {version}, newer than this forkprof reads ({RECORDING_SCHEMA}); upgrade forkprof"
             )));
         }
         Ok(Self {
@@ -120,7 +120,7 @@ impl Recording {
         self.meta
             .get("schema_version")
             .and_then(|v| v.parse().ok())
-            .unwrap_or(SCHEMA_VERSION)
+            .unwrap_or(RECORDING_SCHEMA)
     }
 
     fn err(&self, e: rusqlite::Error) -> RecordingError {

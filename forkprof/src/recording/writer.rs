@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use rusqlite::{Connection, Transaction, params};
 
-use super::{SCHEMA, SCHEMA_VERSION, ld_outcome_name};
+use super::{RECORDING_SCHEMA, SCHEMA, ld_outcome_name};
+use crate::decode::{Record, c_bytes};
 use crate::model::report::Report;
 use crate::model::trace::LostCounts;
 use crate::model::{Method, Trace};
 use crate::privilege::{InvokingUser, create_private_file};
-use crate::records::{Record, c_bytes};
 
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 
@@ -298,7 +298,7 @@ impl Writer {
         let tx = conn.transaction()?;
         tx.execute_batch(SCHEMA)
             .with_context(|| format!("cannot create the schema in {}", path.display()))?;
-        let mut all = vec![("schema_version".to_string(), SCHEMA_VERSION.to_string())];
+        let mut all = vec![("schema_version".to_string(), RECORDING_SCHEMA.to_string())];
         all.extend(meta);
         set_meta(&tx, &all)?;
         tx.commit()?;

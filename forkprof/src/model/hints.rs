@@ -45,7 +45,7 @@ pub fn find(report: &Report) -> Vec<Hint> {
     let mut hints = Vec::new();
     for row in report.group(GroupBy::Parent) {
         let forks = row.methods.get(Method::Fork.name()).copied().unwrap_or(0)
-            + row.methods.get("clone3").copied().unwrap_or(0);
+            + row.methods.get(Method::Clone3.name()).copied().unwrap_or(0);
         if let Some(mean) = phase_mean(row, Phase::PagetableCopy)
             && forks >= PAGETABLE_MIN_FORKS
             && mean >= PAGETABLE_MIN_MEAN_NS

@@ -4,9 +4,10 @@
 use forkprof_common::ld_outcome;
 
 use super::Method;
+use super::method::Spawned;
 use super::phases::Phases;
-use super::trace::{Process, Shared, Trace};
-use crate::decode::{Record, c_bytes};
+use super::trace::{Process, Shared, Trace, comm_label};
+use crate::decode::Record;
 
 /// How long after its exit a process waits for late records (a vfork parent's spawn record
 /// can arrive after the child has exited).
@@ -23,13 +24,7 @@ pub struct Counters {
     pub execs_failed: u64,
 }
 
-pub const METHODS: [Method; 5] = [
-    Method::Fork,
-    Method::Vfork,
-    Method::PosixSpawn,
-    Method::Clone3,
-    Method::Clone,
-];
+pub const METHODS: [Method; 5] = Method::PROCESS_SPAWNS;
 
 impl Counters {
     pub fn spawns_total(&self) -> u64 {
@@ -70,16 +65,15 @@ impl Default for Live {
 impl Live {
     pub fn ingest(&mut self, record: Record) {
         match &record {
-            Record::Spawn(r) => {
-                let method = Method::classify(r.syscall, r.clone_flags);
-                if r.errno != 0 {
-                    self.counters.failed_spawns += 1;
-                } else if method == Method::Thread {
-                    self.counters.threads += 1;
-                } else if let Some(i) = METHODS.iter().position(|&m| m == method) {
-                    self.counters.spawns[i] += 1;
+            Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
+                Spawned::Failed => self.counters.failed_spawns += 1,
+                Spawned::Thread => self.counters.threads += 1,
+                Spawned::Process(method) => {
+                    if let Some(i) = METHODS.iter().position(|&m| m == method) {
+                        self.counters.spawns[i] += 1;
+                    }
                 }
-            }
+            },
             Record::Exec(r) if r.errno == 0 => self.counters.execs_ok += 1,
             Record::Exec(_) => self.counters.execs_failed += 1,
             _ => {}
@@ -103,8 +97,7 @@ impl Live {
     }
 
     fn finish(&self, p: &Process, is_static: &dyn Fn(&[u8]) -> bool) -> Finished {
-        let label =
-            |comm: &[u8]| -> Shared { [b"[".as_slice(), c_bytes(comm), b"]"].concat().into() };
+        let label = |comm: &[u8]| -> Shared { comm_label(comm).into() };
         let parent_binary = p.inherited.clone().unwrap_or_else(|| {
             p.spawn
                 .map_or(self.unknown.clone(), |s| label(&s.parent_comm))
@@ -112,11 +105,8 @@ impl Live {
         // Its last exec; else, if it was created under tracing, its parent's binary; else
         // (it predates tracing) its own name at exit.
         let binary = p
-            .execs
-            .iter()
-            .rev()
-            .find(|e| e.errno == 0)
-            .map(|e| e.path.clone())
+            .last_exec_path()
+            .cloned()
             .or_else(|| p.spawn.map(|_| parent_binary.clone()))
             .or_else(|| p.exit.map(|x| label(&x.comm)))
             .unwrap_or_else(|| self.unknown.clone());

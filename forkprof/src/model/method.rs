@@ -21,7 +21,46 @@ pub enum Method {
     Unknown,
 }
 
+/// What one fork-family syscall made, as the trace and the live view count it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spawned {
+    /// The syscall failed.
+    Failed,
+    /// A thread, never counted as a process.
+    Thread,
+    /// A process, created this way.
+    Process(Method),
+}
+
 impl Method {
+    /// Every method, in the order the report lists them.
+    pub const ALL: [Method; 7] = [
+        Self::Fork,
+        Self::Vfork,
+        Self::PosixSpawn,
+        Self::Clone3,
+        Self::Clone,
+        Self::Thread,
+        Self::Unknown,
+    ];
+    /// The ways a syscall can create a process (what `top` and `monitor` count per method).
+    pub const PROCESS_SPAWNS: [Method; 5] = [
+        Self::Fork,
+        Self::Vfork,
+        Self::PosixSpawn,
+        Self::Clone3,
+        Self::Clone,
+    ];
+
+    /// What a spawn record made: its syscall, clone flags and errno (0: success).
+    pub fn spawned(syscall: u32, flags: u64, errno: i32) -> Spawned {
+        match Self::classify(syscall, flags) {
+            _ if errno != 0 => Spawned::Failed,
+            Self::Thread => Spawned::Thread,
+            method => Spawned::Process(method),
+        }
+    }
+
     pub fn classify(syscall: u32, flags: u64) -> Self {
         use clone_flags::*;
         if flags & CLONE_THREAD != 0 {

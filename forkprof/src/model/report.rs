@@ -372,18 +372,10 @@ impl Report {
         } else {
             Vec::new()
         };
-        let method_keys: HashMap<&'static str, Shared> = [
-            Method::Fork,
-            Method::Vfork,
-            Method::PosixSpawn,
-            Method::Clone3,
-            Method::Clone,
-            Method::Thread,
-            Method::Unknown,
-        ]
-        .iter()
-        .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
-        .collect();
+        let method_keys: HashMap<&'static str, Shared> = Method::ALL
+            .iter()
+            .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
+            .collect();
         let first_ns = trace.first_ns.unwrap_or(0);
         let mut summary = SummaryCounts {
             threads: trace.threads,

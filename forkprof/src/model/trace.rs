@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Method;
+use super::method::Spawned;
 use crate::decode::{Record, c_bytes};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -176,6 +177,15 @@ impl Process {
     }
 
     /// Path of the last successful exec before `t_ns`.
+    /// The path of its last successful exec: the binary a process counts as, when it exec'd.
+    pub fn last_exec_path(&self) -> Option<&Shared> {
+        self.execs
+            .iter()
+            .rev()
+            .find(|e| e.errno == 0)
+            .map(|e| &e.path)
+    }
+
     pub fn exec_path_before(&self, t_ns: u64) -> Option<&Shared> {
         self.execs
             .iter()
@@ -327,13 +337,10 @@ impl Trace {
         self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
         self.last_ns = self.last_ns.max(ts);
         match record {
-            Record::Spawn(r) => {
-                let method = Method::classify(r.syscall, r.clone_flags);
-                if r.errno != 0 {
-                    self.failed_spawns += 1;
-                } else if method == Method::Thread {
-                    self.threads += 1;
-                } else {
+            Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
+                Spawned::Failed => self.failed_spawns += 1,
+                Spawned::Thread => self.threads += 1,
+                Spawned::Process(method) => {
                     let inherited = self.get(&r.parent).and_then(|parent| {
                         parent
                             .exec_path_before(r.hdr.ts_ns)
@@ -353,7 +360,7 @@ impl Trace {
                         parent_comm: r.parent_comm,
                     });
                 }
-            }
+            },
             Record::Exec(r) => {
                 let path = self.intern(c_bytes(&r.path));
                 let attempt = ExecAttempt::new(&r, path, self.keep_args);
@@ -410,17 +417,14 @@ impl Trace {
                     Some(path) => path.clone(),
                     None => match &out[pi] {
                         Some(b) => b.at_spawn.clone(),
-                        None => label(comm_label(p)),
+                        None => label(parent_comm_label(p)),
                     },
                 },
-                (Some(_), None) => label(comm_label(p)),
+                (Some(_), None) => label(parent_comm_label(p)),
             };
             let last = p
-                .execs
-                .iter()
-                .rev()
-                .find(|e| e.errno == 0)
-                .map(|e| e.path.clone())
+                .last_exec_path()
+                .cloned()
                 .unwrap_or_else(|| at_spawn.clone());
             out[i] = Some(Binaries { at_spawn, last });
         }
@@ -474,14 +478,16 @@ fn push_one<T>(v: &mut Vec<T>, item: T) {
     v.push(item);
 }
 
+/// `[comm]`: how a process whose binary is unknown is named, from a task's comm.
+pub fn comm_label(comm: &[u8]) -> Vec<u8> {
+    [b"[".as_slice(), c_bytes(comm), b"]"].concat()
+}
+
 /// `[comm]` of the parent, from the spawn record, when its binary is unknown.
-fn comm_label(p: &Process) -> Vec<u8> {
-    let comm = p
-        .spawn
+fn parent_comm_label(p: &Process) -> Vec<u8> {
+    p.spawn
         .as_ref()
-        .map(|s| c_bytes(&s.parent_comm).to_vec())
-        .unwrap_or_else(|| b"?".to_vec());
-    [b"[".as_slice(), &comm, b"]"].concat()
+        .map_or_else(|| b"[?]".to_vec(), |s| comm_label(&s.parent_comm))
 }
 
 #[derive(Clone, Debug)]

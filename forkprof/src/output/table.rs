@@ -50,13 +50,23 @@ fn phase_total(phases: &PhaseMap<Summary>, phase: Phase) -> (String, String) {
     }
 }
 
-fn group_table(
-    title: &str,
-    first: &str,
-    rows: &[GroupRow],
+/// The rows of one grouping, shown as two tables: totals, then phase means.
+struct Section<'a> {
+    title: &'a str,
+    /// The first column's name: what the rows are.
+    first: &'a str,
+    rows: &'a [GroupRow],
+    /// How many rows to show.
     top: usize,
-    out: &mut dyn Write,
-) -> Result<()> {
+}
+
+fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
+    let Section {
+        title,
+        first,
+        rows,
+        top,
+    } = *s;
     writeln!(out, "\n{title}")?;
     let mut t = new_table(&[
         first,
@@ -87,14 +97,11 @@ fn group_table(
 }
 
 /// Mean of each phase per binary ("-" where not measured).
-fn breakdown_table(
-    title: &str,
-    first: &str,
-    rows: &[GroupRow],
-    top: usize,
-    out: &mut dyn Write,
-) -> Result<()> {
-    writeln!(out, "\n{title}")?;
+fn breakdown_table(s: &Section, out: &mut dyn Write) -> Result<()> {
+    let Section {
+        first, rows, top, ..
+    } = *s;
+    writeln!(out, "\n{}: phase means (percentiles in --json)", s.title)?;
     let mut header = vec![first, Phase::SpawnCost.name()];
     header.extend(Phase::BREAKDOWN.iter().map(|p| p.name()));
     let mut t = new_table(&header);
@@ -191,14 +198,14 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
             "method" => ("Methods", "method"),
             _ => ("Ancestries", "ancestry"),
         };
-        group_table(title, first, rows, top, out)?;
-        breakdown_table(
-            &format!("{title}: phase means (percentiles in --json)"),
+        let section = Section {
+            title,
             first,
             rows,
             top,
-            out,
-        )?;
+        };
+        group_table(&section, out)?;
+        breakdown_table(&section, out)?;
     }
     if !report.hints.is_empty() {
         writeln!(out, "\nHints")?;

@@ -152,30 +152,30 @@ impl Recording {
     }
 
     fn load_into(&self, trace: &mut Trace) -> rusqlite::Result<()> {
-        let mut s = self.conn.prepare(
+        let conn = &self.conn;
+        each_row(
+            conn,
             "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
                     syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
                     vfork_wait_ns, parent_comm FROM spawns",
+            trace,
+            |r| {
+                Ok(Record::Spawn(SpawnRecord {
+                    hdr: header(r, kind::SPAWN)?,
+                    parent: key(r.get(3)?, r.get(4)?),
+                    parent_tid: r.get(5)?,
+                    child_tid: r.get(6)?,
+                    syscall: r.get(7)?,
+                    clone_flags: ns(r, 8)?,
+                    errno: r.get(9)?,
+                    start_ns: ns(r, 10)?,
+                    fork_ns: ns(r, 11)?,
+                    pagetable_copy_ns: ns(r, 12)?,
+                    vfork_wait_ns: ns(r, 13)?,
+                    parent_comm: comm(r, 14)?,
+                }))
+            },
         )?;
-        let mut rows = s.query([])?;
-        while let Some(r) = rows.next()? {
-            let mut parent_comm = [0u8; COMM_LEN];
-            fill(&mut parent_comm, r.get_ref(14)?);
-            trace.ingest(Record::Spawn(SpawnRecord {
-                hdr: hdr(kind::SPAWN, r.get(2)?, key(r.get(0)?, r.get(1)?)),
-                parent: key(r.get(3)?, r.get(4)?),
-                parent_tid: r.get(5)?,
-                child_tid: r.get(6)?,
-                syscall: r.get(7)?,
-                clone_flags: r.get::<_, i64>(8)? as u64,
-                errno: r.get(9)?,
-                start_ns: r.get::<_, i64>(10)? as u64,
-                fork_ns: r.get::<_, i64>(11)? as u64,
-                pagetable_copy_ns: r.get::<_, i64>(12)? as u64,
-                vfork_wait_ns: r.get::<_, i64>(13)? as u64,
-                parent_comm,
-            }));
-        }
         // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns: those
         // read as not measured (0).
         let since = |version: u32, column: &'static str| {
@@ -187,28 +187,27 @@ impl Recording {
         };
         let v2 = |column| since(2, column);
         let v3 = |column| since(3, column);
-        let mut s = self.conn.prepare(&format!(
+        let execs = format!(
             "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
                     exec_load_ns, atime_count, atime_ns, cow_faults, {}, {} FROM execs",
             v2("child_run_ns"),
             v3("cow_fault_ns")
-        ))?;
-        let mut rows = s.query([])?;
-        while let Some(r) = rows.next()? {
+        );
+        each_row(conn, &execs, trace, |r| {
             let mut rec = ExecRecord {
-                hdr: hdr(kind::EXEC, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+                hdr: header(r, kind::EXEC)?,
                 tid: r.get(3)?,
                 errno: r.get(7)?,
                 start_ns: 0,
-                exec_prepare_ns: r.get::<_, i64>(9)? as u64,
-                exec_load_ns: r.get::<_, i64>(10)? as u64,
-                exec_ns: r.get::<_, i64>(8)? as u64,
+                exec_prepare_ns: ns(r, 9)?,
+                exec_load_ns: ns(r, 10)?,
+                exec_ns: ns(r, 8)?,
                 atime_count: r.get(11)?,
                 argc: r.get(6)?,
-                atime_ns: r.get::<_, i64>(12)? as u64,
-                cow_faults: r.get::<_, i64>(13)? as u64,
-                child_run_ns: r.get::<_, i64>(14)? as u64,
-                cow_fault_ns: r.get::<_, i64>(15)? as u64,
+                atime_ns: ns(r, 12)?,
+                cow_faults: ns(r, 13)?,
+                child_run_ns: ns(r, 14)?,
+                cow_fault_ns: ns(r, 15)?,
                 path: [0; PATH_LEN],
                 args: [[0; ARG_LEN]; ARG_SLOTS],
             };
@@ -218,50 +217,77 @@ impl Recording {
                     fill(slot, ValueRef::Blob(arg));
                 }
             }
-            trace.ingest(Record::Exec(Box::new(rec)));
-        }
-        let mut s = self.conn.prepare(&format!(
+            Ok(Record::Exec(Box::new(rec)))
+        })?;
+        let lds = format!(
             "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns, ld_map_ns,
                     ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
             v2("static_start_ns")
-        ))?;
-        let mut rows = s.query([])?;
-        while let Some(r) = rows.next()? {
-            trace.ingest(Record::Ld(LdRecord {
-                hdr: hdr(kind::LD, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+        );
+        each_row(conn, &lds, trace, |r| {
+            Ok(Record::Ld(LdRecord {
+                hdr: header(r, kind::LD)?,
                 outcome: ld_outcome_code(&r.get::<_, String>(3)?),
                 openat_count: r.get(4)?,
                 syscalls: r.get(5)?,
-                ld_start_ns: r.get::<_, i64>(6)? as u64,
-                ld_map_ns: r.get::<_, i64>(7)? as u64,
-                ld_reloc_init_ns: r.get::<_, i64>(8)? as u64,
+                ld_start_ns: ns(r, 6)?,
+                ld_map_ns: ns(r, 7)?,
+                ld_reloc_init_ns: ns(r, 8)?,
                 atime_count: r.get(9)?,
-                atime_ns: r.get::<_, i64>(10)? as u64,
-                static_start_ns: r.get::<_, i64>(11)? as u64,
-            }));
-        }
-        let mut s = self.conn.prepare(&format!(
+                atime_ns: ns(r, 10)?,
+                static_start_ns: ns(r, 11)?,
+            }))
+        })?;
+        let exits = format!(
             "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns, cow_faults,
                     exit_ns, comm, {}, {} FROM exits",
             v2("child_run_ns"),
             v3("cow_fault_ns")
-        ))?;
-        let mut rows = s.query([])?;
-        while let Some(r) = rows.next()? {
-            let mut comm = [0u8; COMM_LEN];
-            fill(&mut comm, r.get_ref(8)?);
-            trace.ingest(Record::Exit(ExitRecord {
-                hdr: hdr(kind::EXIT, r.get(2)?, key(r.get(0)?, r.get(1)?)),
+        );
+        each_row(conn, &exits, trace, |r| {
+            Ok(Record::Exit(ExitRecord {
+                hdr: header(r, kind::EXIT)?,
                 exit_code: r.get(3)?,
                 notified: r.get(4)?,
-                exit_teardown_ns: r.get::<_, i64>(5)? as u64,
-                cow_faults: r.get::<_, i64>(6)? as u64,
-                exit_ns: r.get::<_, i64>(7)? as u64,
-                child_run_ns: r.get::<_, i64>(9)? as u64,
-                cow_fault_ns: r.get::<_, i64>(10)? as u64,
-                comm,
-            }));
-        }
-        Ok(())
+                exit_teardown_ns: ns(r, 5)?,
+                cow_faults: ns(r, 6)?,
+                exit_ns: ns(r, 7)?,
+                child_run_ns: ns(r, 9)?,
+                cow_fault_ns: ns(r, 10)?,
+                comm: comm(r, 8)?,
+            }))
+        })
     }
+}
+
+/// Runs `sql` and ingests the record `f` makes of each row.
+fn each_row(
+    conn: &Connection,
+    sql: &str,
+    trace: &mut Trace,
+    f: impl Fn(&rusqlite::Row) -> rusqlite::Result<Record>,
+) -> rusqlite::Result<()> {
+    let mut s = conn.prepare(sql)?;
+    let mut rows = s.query([])?;
+    while let Some(r) = rows.next()? {
+        trace.ingest(f(r)?);
+    }
+    Ok(())
+}
+
+/// The columns every event table starts with: pid, start_ns, ts_ns.
+fn header(r: &rusqlite::Row, kind: u32) -> rusqlite::Result<RecordHeader> {
+    Ok(hdr(kind, r.get(2)?, key(r.get(0)?, r.get(1)?)))
+}
+
+/// A nanosecond (or other unsigned) column, stored as SQLite's signed integer.
+fn ns(r: &rusqlite::Row, i: usize) -> rusqlite::Result<u64> {
+    Ok(r.get::<_, i64>(i)? as u64)
+}
+
+/// A comm column, as the kernel's NUL-terminated buffer.
+fn comm(r: &rusqlite::Row, i: usize) -> rusqlite::Result<[u8; COMM_LEN]> {
+    let mut buf = [0u8; COMM_LEN];
+    fill(&mut buf, r.get_ref(i)?);
+    Ok(buf)
 }

@@ -114,6 +114,17 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             Ok(())
         });
     }
+    // Catch the signals to forward before the command exists: one sent as soon as it starts
+    // must reach it, not kill forkprof. Each stream keeps what arrives until it is read.
+    let mut forwarded = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ] {
+        forwarded.push((kind, signal(kind)?));
+    }
     let started = Instant::now();
     let child = match cmd.spawn() {
         Ok(c) => c,
@@ -128,13 +139,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     };
     let pid = child.id();
     session.trace.set_root(pid);
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-    ] {
-        let mut stream = signal(kind)?;
+    for (kind, mut stream) in forwarded {
         runtime.spawn(async move {
             while stream.recv().await.is_some() {
                 // SAFETY: kill has no memory-safety preconditions.

@@ -140,7 +140,8 @@ impl Recording {
             .query_row("SELECT count(*) FROM spawns", [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
         trace.reserve(n.max(0) as usize);
-        self.load_into(&mut trace).map_err(|e| self.err(e))?;
+        self.for_each_record(&mut |r| trace.ingest(r))
+            .map_err(|e| self.err(e))?;
         let num = |k: &str| self.meta.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         trace.lost.ringbuf_full = num("lost_ringbuf_full");
         trace.lost.state_map_full = num("lost_state_map_full");
@@ -151,14 +152,20 @@ impl Recording {
         Ok(trace)
     }
 
-    fn load_into(&self, trace: &mut Trace) -> rusqlite::Result<()> {
+    /// Every stored record, table by table (spawns, execs, dynamic-linker windows, exits),
+    /// each table in the order it was written.
+    pub fn records(&self, f: &mut dyn FnMut(Record)) -> Result<(), RecordingError> {
+        self.for_each_record(f).map_err(|e| self.err(e))
+    }
+
+    fn for_each_record(&self, sink: &mut dyn FnMut(Record)) -> rusqlite::Result<()> {
         let conn = &self.conn;
         each_row(
             conn,
             "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
                     syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
                     vfork_wait_ns, parent_comm FROM spawns",
-            trace,
+            sink,
             |r| {
                 Ok(Record::Spawn(SpawnRecord {
                     hdr: header(r, kind::SPAWN)?,
@@ -193,7 +200,7 @@ impl Recording {
             v2("child_run_ns"),
             v3("cow_fault_ns")
         );
-        each_row(conn, &execs, trace, |r| {
+        each_row(conn, &execs, sink, |r| {
             let mut rec = ExecRecord {
                 hdr: header(r, kind::EXEC)?,
                 tid: r.get(3)?,
@@ -224,7 +231,7 @@ impl Recording {
                     ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
             v2("static_start_ns")
         );
-        each_row(conn, &lds, trace, |r| {
+        each_row(conn, &lds, sink, |r| {
             Ok(Record::Ld(LdRecord {
                 hdr: header(r, kind::LD)?,
                 outcome: ld_outcome_code(&r.get::<_, String>(3)?),
@@ -244,7 +251,7 @@ impl Recording {
             v2("child_run_ns"),
             v3("cow_fault_ns")
         );
-        each_row(conn, &exits, trace, |r| {
+        each_row(conn, &exits, sink, |r| {
             Ok(Record::Exit(ExitRecord {
                 hdr: header(r, kind::EXIT)?,
                 exit_code: r.get(3)?,
@@ -260,17 +267,17 @@ impl Recording {
     }
 }
 
-/// Runs `sql` and ingests the record `f` makes of each row.
+/// Runs `sql` and hands `sink` the record `f` makes of each row.
 fn each_row(
     conn: &Connection,
     sql: &str,
-    trace: &mut Trace,
+    sink: &mut dyn FnMut(Record),
     f: impl Fn(&rusqlite::Row) -> rusqlite::Result<Record>,
 ) -> rusqlite::Result<()> {
     let mut s = conn.prepare(sql)?;
     let mut rows = s.query([])?;
     while let Some(r) = rows.next()? {
-        trace.ingest(f(r)?);
+        sink(f(r)?);
     }
     Ok(())
 }

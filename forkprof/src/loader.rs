@@ -373,6 +373,7 @@ impl Loaded {
             .collect();
         // A phase is only as good as its weakest job: one missing job makes it unmeasured.
         out.extend(missing);
+        out.insert(Phase::SpawnCost, Phase::spawn_cost_source());
         out.into_iter().collect()
     }
 }

@@ -218,8 +218,15 @@ impl Tracer {
         use crate::model::phases::Phase;
         let mut sources = self.loaded.sources();
         if let Some(probes) = &self.ld_probes {
+            // The uprobes give the outer edges; ld_map still ends, and ld_reloc_init still
+            // starts, at arch_prctl(ARCH_SET_FS), seen by sys_enter.
+            let syscalls = sources.get(Phase::LdMap).cloned().unwrap_or_default();
             for phase in [Phase::LdStart, Phase::LdMap, Phase::LdRelocInit] {
-                sources.insert(phase, probes.describe());
+                let text = match phase {
+                    Phase::LdStart => probes.describe(),
+                    _ => format!("{} + {syscalls}", probes.describe()),
+                };
+                sources.insert(phase, text);
             }
         }
         sources

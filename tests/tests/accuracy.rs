@@ -364,6 +364,12 @@ fn precise_ld_matches_exec_to_main() {
             "{}",
             run.report["sources"]
         );
+        // ld_map still ends at arch_prctl(ARCH_SET_FS): its source names sys_enter too.
+        let ld_map = run.report["sources"]["ld_map"].as_str().unwrap();
+        assert!(
+            ld_map.starts_with("uprobe") && ld_map.contains("raw_tp sys_enter"),
+            "{ld_map}"
+        );
         let (exec, ld) = phase_means(&run, binary);
         let truth = mean(&truth);
         eprintln!(

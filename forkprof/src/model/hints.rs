@@ -83,7 +83,10 @@ pub fn find(report: &Report) -> Vec<Hint> {
         {
             let objects = row
                 .ld_objects_mean
-                .map(|n| format!(" to {n:.0} objects"))
+                .map(|n| match format!("{n:.0}").as_str() {
+                    "1" => " to 1 object".to_string(),
+                    n => format!(" to {n} objects"),
+                })
                 .unwrap_or_default();
             hints.push(Hint {
                 rule: "dynamic_linking",

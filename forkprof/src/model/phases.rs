@@ -141,6 +141,12 @@ impl Phase {
         TABLE.iter().find(|d| d.name == name).map(|d| d.phase)
     }
 
+    /// How `spawn_cost` is made, for the `source` column: no hook measures it.
+    pub fn spawn_cost_source() -> String {
+        let parts: Vec<&str> = Self::SPAWN_COST_PARTS.iter().map(|p| p.name()).collect();
+        format!("derived: {}", parts.join(" + "))
+    }
+
     /// `cow_faults` is a count; every other phase is a duration in nanoseconds.
     pub fn is_count(self) -> bool {
         self.def().count
@@ -244,9 +250,9 @@ impl Phases {
     }
 
     /// `static_binary`: the process's last binary is known to have no ELF interpreter, so
-    /// the dynamic linker phases are 0 rather than unmeasured, and the time to its first
-    /// `arch_prctl(ARCH_SET_FS)` is `static_start`. A dynamic binary whose glibc ld.so was
-    /// measured has a `static_start` of 0.
+    /// the dynamic linker phases are 0 rather than unmeasured, and the end of its libc's
+    /// start-up gives `static_start`. A dynamic binary has no `static_start`: it does not
+    /// apply there, so it is not counted for it.
     pub fn of(p: &Process, static_binary: bool) -> Self {
         let mut ph = Self::default();
         if let Some(s) = &p.spawn {
@@ -284,7 +290,6 @@ impl Phases {
                 ph.add(Phase::LdStart, ld.ld_start_ns);
                 ph.add(Phase::LdMap, ld.ld_map_ns);
                 ph.add(Phase::LdRelocInit, ld.ld_reloc_init_ns);
-                ph.add(Phase::StaticStart, 0);
             }
             if ld.outcome == ld_outcome::NO_GLIBC_LD && static_binary && ld.static_start_ns > 0 {
                 ph.add(Phase::StaticStart, ld.static_start_ns);
@@ -359,6 +364,13 @@ mod table_tests {
             "fork,child_run,exec,exec_failed,ld_start,ld_map,ld_reloc_init,exit_teardown"
         );
         assert!(Phase::CowFaults.is_count() && !Phase::CowFaultTime.is_count());
+        // spawn_cost's source says how it is made, not "the phases above" (the table lists
+        // child_run and cow_faults above it, which are not part of it).
+        assert_eq!(
+            Phase::spawn_cost_source(),
+            "derived: fork + exec + exec_failed + static_start + ld_start + ld_map + \
+             ld_reloc_init + exit_teardown"
+        );
     }
 
     #[test]

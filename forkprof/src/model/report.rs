@@ -48,7 +48,8 @@ pub struct SummaryCounts {
     pub failed_spawns: u64,
     pub still_running: u64,
     pub spawn_rate_mean_per_s: f64,
-    pub spawn_rate_peak_per_s: u64,
+    /// The busiest window's spawns per second (see `peak_per_second`): never below the mean.
+    pub spawn_rate_peak_per_s: f64,
     pub atime_updates: u64,
     /// Total `spawn_cost` of all processes divided by wall time (can exceed 1 when
     /// processes spawn in parallel).
@@ -308,15 +309,31 @@ fn sort_key(row: &GroupRow, sort: SortBy) -> u64 {
     }
 }
 
-fn sorted(groups: HashMap<Shared, Group>, sort: SortBy) -> Vec<GroupRow> {
-    let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
+fn sort_rows(rows: &mut [GroupRow], sort: SortBy) {
     rows.sort_by(|a, b| {
         sort_key(b, sort)
             .cmp(&sort_key(a, sort))
             .then(b.processes.cmp(&a.processes))
             .then(a.binary.cmp(&b.binary))
     });
+}
+
+fn sorted(groups: HashMap<Shared, Group>, sort: SortBy) -> Vec<GroupRow> {
+    let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
+    sort_rows(&mut rows, sort);
     rows
+}
+
+/// The groupings to build: those asked for, and those the hints read (binary and parent),
+/// so that one recording gives the same hints whatever view is chosen.
+fn groupings_built(asked: &[GroupBy]) -> Vec<GroupBy> {
+    let mut all = asked.to_vec();
+    for by in [GroupBy::Binary, GroupBy::Parent] {
+        if !all.contains(&by) {
+            all.push(by);
+        }
+    }
+    all
 }
 
 /// The last path component, for ancestry frames; ';' would split a frame, so it becomes '_'.
@@ -387,7 +404,8 @@ impl Report {
         };
         let mut methods: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut all = Phased::default();
-        let mut groups: Vec<HashMap<Shared, Group>> = vec![HashMap::new(); ctx.groupings.len()];
+        let groupings = groupings_built(&ctx.groupings);
+        let mut groups: Vec<HashMap<Shared, Group>> = vec![HashMap::new(); groupings.len()];
         let mut processes = Vec::new();
         let mut spawn_times = Vec::new();
         let mut spawn_cost_total = 0u64;
@@ -428,7 +446,7 @@ impl Report {
                     summary.failed_execs += 1;
                 }
             }
-            for (by, map) in ctx.groupings.iter().zip(groups.iter_mut()) {
+            for (by, map) in groupings.iter().zip(groups.iter_mut()) {
                 let key: &Shared = match by {
                     GroupBy::Binary => &bins.last,
                     GroupBy::Parent => &bins.at_spawn,
@@ -486,15 +504,16 @@ impl Report {
         if wall_s > 0.0 {
             summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
         }
-        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times);
+        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times, ctx.wall_ns);
         if ctx.wall_ns > 0 {
             summary.spawn_cost_share_of_wall = spawn_cost_total as f64 / ctx.wall_ns as f64;
         }
-        let groups: BTreeMap<&'static str, Vec<GroupRow>> = ctx
-            .groupings
+        // Hints read the rows in one order whatever `--sort` says; the rows are put in the
+        // order asked for afterwards.
+        let groups: BTreeMap<&'static str, Vec<GroupRow>> = groupings
             .iter()
             .zip(groups)
-            .map(|(by, map)| (by.name(), sorted(map, ctx.sort)))
+            .map(|(by, map)| (by.name(), sorted(map, SortBy::Total)))
             .collect();
         let mut report = Self {
             schema_version: REPORT_JSON_VERSION,
@@ -518,6 +537,12 @@ impl Report {
         };
         report.hints = super::hints::find(&report);
         report
+            .groups
+            .retain(|name, _| ctx.groupings.iter().any(|by| by.name() == *name));
+        for rows in report.groups.values_mut() {
+            sort_rows(rows, ctx.sort);
+        }
+        report
     }
 
     pub fn group(&self, by: GroupBy) -> &[GroupRow] {
@@ -526,17 +551,27 @@ impl Report {
 }
 
 /// The most spawns in any one-second window that starts at a spawn (sorts `t`).
-pub fn peak_per_second(t: &mut [u64]) -> u64 {
+/// Spawns per second in the busiest window. The window is the run split into equal parts
+/// of at most one second (the whole run when it is shorter than a second; 1 s when the wall
+/// time is unknown), and it slides over the spawn times `t` (ns). Some part holds at least
+/// the mean's share of the spawns, so the peak is never below the mean.
+pub fn peak_per_second(t: &mut [u64], wall_ns: u64) -> f64 {
+    const SECOND: u64 = 1_000_000_000;
+    let window = match wall_ns {
+        0 => SECOND,
+        w => w / w.div_ceil(SECOND),
+    }
+    .max(1);
     t.sort_unstable();
     let mut best = 0;
     let mut lo = 0;
     for hi in 0..t.len() {
-        while t[hi].saturating_sub(t[lo]) >= 1_000_000_000 {
+        while t[hi].saturating_sub(t[lo]) >= window {
             lo += 1;
         }
         best = best.max(hi - lo + 1);
     }
-    best as u64
+    best as f64 * 1e9 / window as f64
 }
 
 #[cfg(test)]
@@ -555,8 +590,16 @@ mod tests {
     #[test]
     fn peak_counts_a_sliding_second() {
         let s = 1_000_000_000;
-        assert_eq!(peak_per_second(&mut []), 0);
-        assert_eq!(peak_per_second(&mut [s + 3, 0, 1, 2]), 3);
-        assert_eq!(peak_per_second(&mut [0, s, 2 * s]), 1);
+        assert_eq!(peak_per_second(&mut [], 0), 0.0);
+        assert_eq!(peak_per_second(&mut [s + 3, 0, 1, 2], 0), 3.0);
+        assert_eq!(peak_per_second(&mut [0, s, 2 * s], 0), 1.0);
+        // Never below the mean: 41 spawns in a 65 ms run are 630.8/s at their peak too (the
+        // peak read 41/s before), and 3 spawns spread over 1.2 s are 2.5/s.
+        let mut short: Vec<u64> = (0..41).map(|i| i * 1_500_000).collect();
+        let peak = peak_per_second(&mut short, 65_000_000);
+        assert!((peak - 41.0 / 0.065).abs() < 1e-6, "{peak}");
+        let wall = 1_200_000_000;
+        let peak = peak_per_second(&mut [0, 600_000_000, 1_199_999_999], wall);
+        assert!(peak >= 3.0 / 1.2, "{peak}");
     }
 }

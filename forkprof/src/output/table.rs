@@ -139,7 +139,7 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
     )?;
     writeln!(
         out,
-        "  spawn rate: mean {:.1}/s, peak {}/s   atime updates {}   lost events {}",
+        "  spawn rate: mean {:.1}/s, peak {:.1}/s   atime updates {}   lost events {}",
         s.spawn_rate_mean_per_s, s.spawn_rate_peak_per_s, s.atime_updates, s.lost_events
     )?;
     if s.lost_events > 0 {
@@ -164,11 +164,14 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
     writeln!(out, "\nPhases (per process)")?;
     let mut t = new_table(&["phase", "count", "total", "mean", "p50", "p99", "source"]);
     for phase in PHASES {
-        let source = report
-            .sources
-            .get(phase)
-            .cloned()
-            .unwrap_or_else(|| "sum of the phases above".into());
+        // A recording made before a phase had a source says nothing about it.
+        let source = report.sources.get(phase).cloned().unwrap_or_else(|| {
+            if phase == Phase::SpawnCost {
+                Phase::spawn_cost_source()
+            } else {
+                "not recorded".into()
+            }
+        });
         match report.phases.get(phase) {
             Some(p) => t.add_row(vec![
                 Cell::new(phase.name()),

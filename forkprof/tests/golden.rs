@@ -171,3 +171,28 @@ fn records_written_again_give_the_same_recording() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A finished recording is read without writing beside it (no -wal or -shm file appears),
+/// so a user who may only read it, in a folder they cannot write, can report it. It used to
+/// fail as "corrupt recording: attempt to write a readonly database".
+#[test]
+fn a_read_only_recording_reads_and_nothing_is_written_beside_it() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (dir, db) = recording("read-only");
+    std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+        .arg("report")
+        .arg(&db)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(left, ["demo.db"], "files beside the recording");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -53,6 +53,49 @@ fn hdr(kind: u32, ts_ns: i64, proc: ProcKey) -> RecordHeader {
     }
 }
 
+/// Opens a recording without ever writing beside it. A finished recording (or one whose
+/// writer was killed after a checkpoint) has no write-ahead log: it is opened immutable, so
+/// SQLite creates no -shm or -wal file and a user who may only read it can. A recording with
+/// a log (still being written, or killed) needs SQLite's shared memory to read the log's
+/// committed batches; if that cannot be created here, the file is read without them, and
+/// forkprof says so.
+fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let has_log = std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0);
+    if has_log {
+        let conn = Connection::open_with_flags(path, flags)?;
+        match conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(())) {
+            Ok(()) => return Ok(conn),
+            Err(e) => eprintln!(
+                "forkprof: {}: cannot read its write-ahead log ({e}); reading the batches \
+                 checkpointed before it",
+                path.display()
+            ),
+        }
+    }
+    Connection::open_with_flags(
+        immutable_uri(path),
+        flags | OpenFlags::SQLITE_OPEN_URI,
+    )
+}
+
+/// `file:PATH?immutable=1`, with PATH percent-encoded.
+fn immutable_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 /// TEXT or BLOB column as bytes, copied into a fixed NUL-terminated buffer.
 fn fill(buf: &mut [u8], value: ValueRef<'_>) {
     let bytes = match value {
@@ -82,11 +125,7 @@ impl Recording {
                 "not a forkprof recording (not an SQLite database)".into()
             ));
         }
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| err(format!("cannot open as SQLite: {e}")))?;
+        let conn = open_read_only(path).map_err(|e| err(format!("cannot open as SQLite: {e}")))?;
         let meta: BTreeMap<String, String> = conn
             .prepare("SELECT key, value FROM meta")
             .and_then(|mut s| {

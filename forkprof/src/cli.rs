@@ -28,6 +28,8 @@ pub enum Command {
     Record(RecordArgs),
     /// Report on a recording made by `record` or `run -o`.
     Report(ReportCmdArgs),
+    /// Compare two recordings: what got cheaper or dearer, and whether the change is real.
+    Diff(DiffArgs),
     /// A live, system-wide view of process creation per binary (needs root).
     Top(TopArgs),
     /// Export live, system-wide spawn metrics for Prometheus (needs root).
@@ -100,7 +102,7 @@ fn parse_cpu(s: &str) -> Result<usize, String> {
 #[derive(Args, Debug)]
 pub struct TopArgs {
     /// Refresh interval.
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DURATION")]
+    #[arg(long, value_parser = parse_positive_duration, default_value = "1s", value_name = "DURATION")]
     pub interval: std::time::Duration,
     /// Print one interval as plain text and exit.
     #[arg(long)]
@@ -109,7 +111,7 @@ pub struct TopArgs {
     #[arg(long)]
     pub plain: bool,
     /// Binaries shown per interval in plain output.
-    #[arg(long, default_value_t = 10, value_name = "N")]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one)]
     pub top: usize,
 }
 
@@ -132,6 +134,19 @@ pub struct RecordingArgs {
     /// `__libc_start_main`) instead of its syscalls: exact, but costlier per spawn.
     #[arg(long)]
     pub precise_ld: bool,
+    /// Overwrite the recording file if it exists (otherwise forkprof refuses, exit 2).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Why a recording may not be written to `path`: it exists and `--force` was not given.
+pub fn refuse_overwrite(path: &std::path::Path, force: bool) -> Option<String> {
+    (!force && path.exists()).then(|| {
+        format!(
+            "{} exists; give --force to overwrite it, or another file",
+            path.display()
+        )
+    })
 }
 
 #[derive(Args, Debug)]
@@ -140,7 +155,7 @@ pub struct RecordArgs {
     #[arg(short = 'o', long = "output", value_name = "FILE", value_parser = writable_path)]
     pub output: PathBuf,
     /// Stop after this long (e.g. 30s, 5m, 1h); otherwise at SIGINT or SIGTERM.
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, value_parser = parse_positive_duration, value_name = "DURATION")]
     pub duration: Option<std::time::Duration>,
     /// Trace only this process and its descendants instead of the whole system.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
@@ -172,6 +187,22 @@ fn writable_path(s: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// A duration that must be longer than zero (`--interval`, `--duration`).
+fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be longer than 0".into()),
+        d => Ok(d),
+    }
+}
+
+/// A count that must be at least 1 (`--top`).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>().map_err(|e| e.to_string())? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     if let Ok(secs) = s.parse::<f64>()
         && secs.is_finite()
@@ -200,7 +231,7 @@ pub struct ReportCmdArgs {
     #[arg(long, value_enum, default_value_t = SortArg::Total)]
     pub sort: SortArg,
     /// Rows shown in each table.
-    #[arg(long, default_value_t = 20, value_name = "N")]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
     pub top: usize,
     /// Only processes whose binary path contains TEXT.
     #[arg(long, value_name = "TEXT")]
@@ -228,6 +259,35 @@ pub struct ReportCmdArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The recording before the change (`record -o` or `run -o`).
+    pub before: PathBuf,
+    /// The recording after the change.
+    pub after: PathBuf,
+    /// How to group processes (`cgroup` is not available yet).
+    #[arg(long, value_enum, default_value_t = GroupArg::Binary)]
+    pub by: GroupArg,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Rows shown in the table.
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
+    pub top: usize,
+    /// A ratio whose whole 99% interval lies within ±PCT% of 1 is no significant change.
+    #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = parse_noise)]
+    pub noise: f64,
+    /// Write a differential flame graph (SVG) of spawn cost by process ancestry.
+    #[arg(long, value_name = "OUT.svg", value_parser = writable_path)]
+    pub flamegraph: Option<PathBuf>,
+}
+
+fn parse_noise(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct ReportArgs {
     /// Write the report as one JSON document instead of tables.
     #[arg(long)]
@@ -236,7 +296,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE", value_parser = writable_path)]
     pub report: Option<PathBuf>,
     /// Rows shown in each table.
-    #[arg(long, default_value_t = 20, value_name = "N")]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
     pub top: usize,
 }
 

@@ -408,16 +408,33 @@ impl LiveSession {
         })
     }
 
-    /// Collects into the live aggregator until `stop` completes, and returns its output.
+    /// Collects into the live aggregator until `stop` completes, then takes what is queued
+    /// in the ring buffer, and returns its output. The collector polls the ring buffer only
+    /// once its `POLL` has passed inside one call, so a caller whose `stop` is shorter (the
+    /// TUI reads keys every 50 ms) would otherwise see records only when the kernel wakes
+    /// the agent, at 256 KiB: seconds late at a low rate.
     pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
         let live = &mut self.live;
-        self.tracer
+        let out = self
+            .tracer
             .run_until(stop, |record| live.ingest(record), |_| Ok(()))
-            .await
+            .await?;
+        self.drain();
+        Ok(out)
     }
 
-    /// Finishes the processes that are done by now, and reads the loss counters.
+    /// Hands whatever is in the ring buffer now to the live aggregator, without waiting.
+    fn drain(&mut self) {
+        let live = &mut self.live;
+        self.tracer
+            .collector
+            .drain(&mut |record| live.ingest(record));
+    }
+
+    /// Takes what is queued, finishes the processes that are done by now, and reads the loss
+    /// counters.
     pub fn sweep(&mut self) -> Result<Sweep> {
+        self.drain();
         let lost = self.tracer.collector.losses()?.lost.total();
         let loaders = &self.loaders;
         let done = self.live.sweep(monotonic_ns(), &|p| loaders.is_static(p));

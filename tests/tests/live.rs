@@ -187,6 +187,132 @@ fn top_without_a_tty_prints_plain_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A steady loop, as long as it lives: a uniquely named copy of `sleep`, run for 50 ms at a
+/// time, one line appended to a file per run, so that its real rate can be counted.
+struct Paced {
+    child: Child,
+    count: PathBuf,
+}
+
+impl Paced {
+    fn start(dir: &Path, name: &str) -> Self {
+        let bin = dir.join(name);
+        std::fs::copy("/bin/sleep", &bin).unwrap();
+        let count = dir.join(format!("{name}.count"));
+        let script = format!(
+            "while :; do {} 0.05; echo >> {}; done",
+            bin.display(),
+            count.display()
+        );
+        let child = Command::new("bash").args(["-c", &script]).spawn().unwrap();
+        Self { child, count }
+    }
+
+    /// Runs of the probe so far.
+    fn runs(&self) -> usize {
+        std::fs::read_to_string(&self.count).map_or(0, |s| s.lines().count())
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The spawns/s of `row` (BINARY, SPAWNS/S, ...), as the TUI and the plain lines show it.
+fn row_rate(row: &str) -> Option<f64> {
+    if let Some(v) = row
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("spawns/s="))
+    {
+        return v.parse().ok();
+    }
+    row.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn top_shows_a_steady_rate_every_second() {
+    needs_root!();
+    let dir = tempdir();
+    let loop_ = Paced::start(&dir, "fp-steady-probe");
+    let t = Tmux::new("fpsteady");
+    t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
+    wait_for("top's header", Duration::from_secs(20), || {
+        t.screen().contains("sort: spawns/s").then_some(())?;
+        Some(String::new())
+    });
+    // Past the grace period and the first full interval.
+    std::thread::sleep(Duration::from_secs(3));
+    let (start, runs0) = (Instant::now(), loop_.runs());
+    let mut samples = Vec::new();
+    for i in 1..=10 {
+        let at = start + Duration::from_secs(i);
+        std::thread::sleep(at.saturating_duration_since(Instant::now()));
+        let screen = t.screen();
+        let now: f64 = screen
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("spawns/s: now "))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no spawn rate in\n{screen}"));
+        let row = screen
+            .lines()
+            .find(|l| l.contains("fp-steady-probe"))
+            .and_then(row_rate)
+            .unwrap_or(0.0);
+        samples.push((now, row));
+    }
+    let real = (loop_.runs() - runs0) as f64 / start.elapsed().as_secs_f64();
+    t.keys(&["q"]);
+    assert!(real >= 5.0, "the loop ran at {real:.1}/s");
+    // The loop is one spawn per run; other processes only add to the system's rate.
+    let header_ok = samples.iter().filter(|s| s.0 >= 0.7 * real).count();
+    let row_ok = samples
+        .iter()
+        .filter(|s| (s.1 - real).abs() <= 0.3 * real)
+        .count();
+    assert!(
+        header_ok >= 8 && row_ok >= 8,
+        "loop at {real:.1}/s; (header now, probe row) each second: {samples:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_once_shows_one_full_interval_with_rows() {
+    needs_root!();
+    let dir = tempdir();
+    let loop_ = Paced::start(&dir, "fp-once-probe");
+    for interval in ["1s", "2s"] {
+        let (start, runs0) = (Instant::now(), loop_.runs());
+        let out = Command::new(forkprof())
+            .args(["top", "--once", "--interval", interval, "--top", "100"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let real = (loop_.runs() - runs0) as f64 / start.elapsed().as_secs_f64();
+        assert!(out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("spawns/s=")).count(),
+            1,
+            "{text}"
+        );
+        let rate = text
+            .lines()
+            .find(|l| l.contains("fp-once-probe"))
+            .and_then(row_rate)
+            .unwrap_or_else(|| panic!("--interval {interval}: no probe row in\n{text}"));
+        assert!(
+            (rate - real).abs() <= 0.3 * real,
+            "--interval {interval}: probe row at {rate}/s, the loop at {real:.1}/s"
+        );
+    }
+    drop(loop_);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -566,6 +566,18 @@ const RSS_CHUNKS: u64 = 6;
 const SLOPE_SAMPLE_ITERATIONS: u64 = 4;
 
 pub fn run(args: BenchArgs) -> Result<i32> {
+    if let Some(unknown) = args
+        .rows
+        .iter()
+        .find(|r| !SPECS.iter().any(|s| s.name.contains(r.as_str())))
+    {
+        let names: Vec<&str> = SPECS.iter().map(|s| s.name).collect();
+        eprintln!(
+            "forkprof: --rows {unknown:?} matches no row; the rows are: {}",
+            names.join(", ")
+        );
+        return Ok(2);
+    }
     loader::check_privileges()?;
     let user = InvokingUser::from_env()?;
     let work = Workdir::new(user.as_ref())?;

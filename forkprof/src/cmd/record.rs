@@ -1,6 +1,6 @@
 //! `forkprof record -o FILE`: system-wide (or one process tree with -p) until SIGINT,
 //! SIGTERM or --duration, into an SQLite recording.
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 
 use crate::cli::RecordArgs;
 use crate::privilege::InvokingUser;
@@ -29,13 +29,19 @@ fn tree_of(pid: u32) -> Vec<u32> {
 }
 
 pub fn run(args: RecordArgs) -> Result<i32> {
-    let runtime = session::runtime()?;
-    let _in_runtime = runtime.enter();
+    // Bad input is refused (exit 2) before anything is loaded.
+    if let Some(why) = crate::cli::refuse_overwrite(&args.output, args.recording.force) {
+        eprintln!("forkprof: {why}");
+        return Ok(2);
+    }
     if let Some(pid) = args.pid
         && !std::path::Path::new(&format!("/proc/{pid}")).exists()
     {
-        bail!("-p {pid}: no such process");
+        eprintln!("forkprof: -p {pid}: no such process");
+        return Ok(2);
     }
+    let runtime = session::runtime()?;
+    let _in_runtime = runtime.enter();
     let user = InvokingUser::from_env()?;
     let mode = match args.pid {
         Some(pid) => format!("pid {pid}"),

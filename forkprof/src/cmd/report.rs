@@ -19,6 +19,12 @@ use crate::recording::Recording;
 pub const EXIT_BAD_RECORDING: i32 = 2;
 
 pub fn run(args: ReportCmdArgs) -> Result<i32> {
+    if let (Some(from), Some(to)) = (args.from, args.to)
+        && from >= to
+    {
+        eprintln!("forkprof: --from {from:?} is not before --to {to:?}: the range holds nothing");
+        return Ok(2);
+    }
     let recording = match Recording::open(&args.file) {
         Ok(r) => r,
         Err(e) => {

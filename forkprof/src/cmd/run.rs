@@ -57,6 +57,14 @@ fn command_line(args: &[OsString]) -> Vec<String> {
 }
 
 pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
+    if let Some(why) = args
+        .output
+        .as_deref()
+        .and_then(|p| crate::cli::refuse_overwrite(p, args.recording.force))
+    {
+        eprintln!("forkprof: {why}");
+        return Ok(2);
+    }
     let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
     let program = &args.command[0];

@@ -1,5 +1,5 @@
 //! `forkprof top`: the live view, full-screen on a terminal, plain lines otherwise.
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -33,6 +33,19 @@ pub fn run(args: TopArgs) -> Result<i32> {
     let plain = args.once || args.plain || !std::io::stdout().is_terminal();
     if plain {
         let mut signals = StopSignals::new()?;
+        if args.once {
+            // A row counts the processes finished in its interval, and a process is finished
+            // `GRACE_NS` after its exit: the first interval holds few of them. `--once` shows
+            // the second, the first full one.
+            let start = Instant::now();
+            let stop =
+                runtime.block_on(session.run_until(signals.or_after(Some(args.interval))))?;
+            if stop == Stop::Signal {
+                return Ok(0);
+            }
+            interval(&mut session, &mut top, start.elapsed())?;
+        }
+        let mut out = std::io::stdout().lock();
         loop {
             let start = Instant::now();
             let stop =
@@ -41,7 +54,13 @@ pub fn run(args: TopArgs) -> Result<i32> {
                 return Ok(0);
             }
             let view = interval(&mut session, &mut top, start.elapsed())?;
-            println!("{}", tui::plain_line(&view, args.top));
+            let written = writeln!(out, "{}", tui::plain_line(&view, args.top));
+            match written.and_then(|()| out.flush()) {
+                Ok(()) => {}
+                // The reader is gone (`forkprof top | head`): nothing left to do.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
+                Err(e) => return Err(e.into()),
+            }
             if args.once {
                 return Ok(0);
             }

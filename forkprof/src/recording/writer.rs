@@ -288,6 +288,12 @@ impl Writer {
         meta: Vec<(String, String)>,
         keep_args: bool,
     ) -> Result<Self> {
+        // A log left by an earlier recording of the same name would be replayed into this one.
+        for suffix in ["-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
         // Create the file ourselves so that its mode and owner are right from the start.
         let file = create_private_file(path, owner)?;
         drop(file);

@@ -38,6 +38,13 @@ pub enum Command {
     Bench(BenchArgs),
     /// Show which kernel hooks load here, and why any are missing.
     Doctor(DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout: `forkprof man | man -l -`.
+    Man,
 }
 
 #[derive(Args, Debug)]
@@ -121,7 +128,7 @@ pub struct MonitorArgs {
     #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
     pub listen: String,
     /// Binaries exported with their own series (by total spawn cost); the rest are `other`.
-    #[arg(long, default_value_t = 20, value_name = "K")]
+    #[arg(long, visible_alias = "top", default_value_t = 20, value_name = "K")]
     pub top_binaries: usize,
 }
 
@@ -289,7 +296,9 @@ fn parse_noise(s: &str) -> Result<f64, String> {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// Write the report as one JSON document instead of tables.
+    /// Write the report as one JSON document instead of tables. Like the tables it goes to
+    /// stderr, so that the command's own stdout stays clean: `--report FILE` writes it to a
+    /// file, and `--report /dev/stdout` to stdout when the command's output is not needed.
     #[arg(long)]
     pub json: bool,
     /// Write the report to FILE (mode 0600) instead of stderr.

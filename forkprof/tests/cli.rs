@@ -53,3 +53,77 @@ fn an_existing_recording_is_not_overwritten_without_force() {
     assert_eq!(std::fs::read(&file).unwrap(), b"an earlier recording");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A closed pipe is a normal end (`forkprof report FILE | head -1`): exit 0, no error line.
+/// It used to print an error and exit 1 (JSON) or abort.
+#[test]
+fn a_closed_pipe_is_a_quiet_end() {
+    use std::io::Read as _;
+    let dir = tempdir("pipe");
+    let db = dir.join("demo.db");
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db"),
+        &db,
+    )
+    .unwrap();
+    // Far more than a pipe holds (64 KiB), so the writer meets the closed pipe.
+    for format in [&["--format", "json", "--processes"][..], &[][..]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+            .arg("report")
+            .arg(&db)
+            .args(format)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 1];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // The read end is dropped here: the pipe is closed.
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).as_ref()
+            ),
+            (Some(0), ""),
+            "{format:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The flags agree across subcommands, and `run --help` says where the JSON goes.
+#[test]
+fn help_says_where_the_json_goes_and_top_means_the_same_everywhere() {
+    let help = |sub: &str| String::from_utf8_lossy(&forkprof(&[sub, "--help"]).stdout).into_owned();
+    assert!(
+        help("run").contains("--report /dev/stdout"),
+        "{}",
+        help("run")
+    );
+    for sub in ["run", "report", "top", "monitor"] {
+        assert!(help(sub).contains("--top"), "{sub}: {}", help(sub));
+    }
+}
+
+/// Shell completions and a man page, generated from the clap definition.
+#[test]
+fn completions_and_man_page_come_from_the_command_line_definition() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = forkprof(&["completions", shell]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shell}");
+        assert!(
+            text.contains("precise-ld") && text.contains("flamegraph"),
+            "{shell}"
+        );
+    }
+    let man = forkprof(&["man"]);
+    let text = String::from_utf8_lossy(&man.stdout);
+    assert!(man.status.success());
+    assert!(
+        text.contains(".TH forkprof 1") && text.contains("record"),
+        "{text}"
+    );
+    assert_eq!(forkprof(&["completions", "nosuch"]).status.code(), Some(2));
+}

@@ -192,7 +192,11 @@ fn a_read_only_recording_reads_and_nothing_is_written_beside_it() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(left, ["demo.db"], "files beside the recording");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -554,3 +554,20 @@ fn bench_stopped_by_a_signal_cleans_up() {
         assert!(!dir.exists(), "{} left behind", dir.display());
     }
 }
+
+/// `run`'s report written to a pipe nobody reads any more (`2>&1 | head -1`) does not turn
+/// into an error or an abort (exit 134): forkprof still exits with CMD's status.
+#[test]
+fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
+    needs_root!();
+    let mut child = Command::new(forkprof())
+        .args(["run", "--", "sh", "-c", "sleep 0.2; exit 3"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end at once: the report meets a closed pipe.
+    drop(child.stderr.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(3), "{status:?}");
+}

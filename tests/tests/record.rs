@@ -62,6 +62,17 @@ fn run_o_records_what_run_reports() {
     }
     assert_eq!(rep["methods"], run.report["methods"]);
     assert_eq!(rep["phases"]["exec"], run.report["phases"]["exec"]);
+    // One recording, one set of numbers: the wall time (and so the rates and the share of
+    // wall time) and the hints are those `run` printed.
+    for key in ["wall_ns", "hints"] {
+        assert_eq!(rep[key], run.report[key], "{key}");
+    }
+    for key in ["spawn_rate_mean_per_s", "spawn_cost_share_of_wall"] {
+        assert_eq!(
+            rep["summary"][key], run.report["summary"][key],
+            "summary.{key}"
+        );
+    }
     assert_eq!(rep["exit"]["code"], 0);
     // The derived tables, as people query them from the sqlite3 shell.
     assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "31");
@@ -231,6 +242,14 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     assert_eq!(code, 0, "{err}");
     let row = binary_row(&rep, "fp-record-probe").expect("committed batches readable");
     assert!(row["processes"].as_u64().unwrap() > 10, "{row}");
+    // docs/recording.md: after a kill the event tables answer its queries; the derived
+    // tables are written only at a clean end.
+    let execs = sqlite(
+        &db,
+        "SELECT count(*) FROM execs WHERE errno = 0 AND path LIKE '%fp-record-probe'",
+    );
+    assert!(execs.parse::<u64>().unwrap() > 10, "{execs}");
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "0");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

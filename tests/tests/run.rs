@@ -101,6 +101,28 @@ fn execvp_path_search_shows_every_failed_attempt() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// forkprof resolves CMD itself before tracing starts: its own PATH search is not charged
+/// to the command (it used to show as failed execs and rows with 0 processes).
+#[test]
+fn forkprofs_own_path_search_is_not_charged_to_the_command() {
+    needs_root!();
+    let run = run_traced(&["true"], |c| {
+        c.env("PATH", "/nonexistent-a:/nonexistent-b:/usr/bin:/bin");
+    });
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert_eq!(run.summary("failed_execs"), 0, "{}", run.report["summary"]);
+    let rows: Vec<&str> = run.report["groups"]["binary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["binary"].as_str().unwrap())
+        .collect();
+    assert!(rows.iter().all(|b| !b.contains("nonexistent")), "{rows:?}");
+    // argv[0] is still what the user typed.
+    let argv0 = &run.report["processes"][0]["execs"][0]["args"][0];
+    assert_eq!(argv0, "true", "{}", run.report["processes"][0]);
+}
+
 #[test]
 fn exit_statuses_propagate() {
     needs_root!();

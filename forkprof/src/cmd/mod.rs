@@ -1,8 +1,39 @@
 //! One module per subcommand: parse nothing, drive a session or a recording, print.
 pub mod bench;
+pub mod diff;
+pub mod docs;
 pub mod doctor;
 pub mod monitor;
 pub mod record;
 pub mod report;
 pub mod run;
 pub mod top;
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The exit code when the output turns out to be a closed pipe (`forkprof report | head`):
+/// that is a normal end, so 0, or the traced command's status once `run` knows it.
+static BROKEN_PIPE_EXIT: AtomicI32 = AtomicI32::new(0);
+
+/// From now on, a closed output pipe ends forkprof with `code`.
+pub fn exit_code_on_broken_pipe(code: i32) {
+    BROKEN_PIPE_EXIT.store(code, Ordering::SeqCst);
+}
+
+pub fn broken_pipe_exit_code() -> i32 {
+    BROKEN_PIPE_EXIT.load(Ordering::SeqCst)
+}
+
+/// Whether an error comes from writing to a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+            || c.downcast_ref::<csv::Error>().is_some_and(
+                |e| matches!(e.kind(), csv::ErrorKind::Io(io) if io.kind() == BrokenPipe),
+            )
+    })
+}

@@ -3,7 +3,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use axum::{Router, http::header, response::IntoResponse, routing::get};
+use axum::{
+    Router,
+    http::{HeaderMap, header},
+    response::IntoResponse,
+    routing::get,
+};
 
 use crate::cli::MonitorArgs;
 use crate::output::prometheus::Metrics;
@@ -11,8 +16,6 @@ use crate::session::{self, LiveSession, Stop, StopSignals};
 
 /// How often finished processes are folded into the metrics.
 const UPDATE_EVERY: Duration = Duration::from_millis(500);
-
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 pub fn run(args: MonitorArgs) -> Result<i32> {
     let runtime = session::runtime()?;
@@ -30,12 +33,20 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
     let served = metrics.clone();
     let app = Router::new().route(
         "/metrics",
-        get(move || {
+        get(move |headers: HeaderMap| {
             let m = served.clone();
             async move {
-                let body = m.lock().map(|m| m.encode()).unwrap_or(Err(std::fmt::Error));
+                let accept = headers
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let body = m
+                    .lock()
+                    .map(|m| m.encode_for(&accept))
+                    .unwrap_or(Err(std::fmt::Error));
                 match body {
-                    Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+                    Ok((text, kind)) => ([(header::CONTENT_TYPE, kind)], text).into_response(),
                     Err(_) => (
                         axum::http::StatusCode::INTERNAL_SERVER_ERROR,
                         "encoding failed",

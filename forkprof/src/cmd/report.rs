@@ -100,7 +100,9 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match args.format {
-        Format::Table => output::table::write(&report, args.top, &mut out)?,
+        Format::Table => {
+            output::table::write_width(&report, args.top, output::width::stdout(), &mut out)?
+        }
         Format::Json => output::json::write(&report, &mut out)?,
         Format::Csv => output::csv::write(&report, by, &mut out)?,
     }

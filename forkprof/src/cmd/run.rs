@@ -68,15 +68,20 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
     let program = &args.command[0];
-    if let Err(code) = resolve(program) {
-        let why = if code == EXIT_NOT_FOUND {
-            "command not found"
-        } else {
-            "Permission denied"
-        };
-        eprintln!("forkprof: {}: {why}", escape(program.as_bytes()));
-        return Ok(code);
-    }
+    // Resolved here, before tracing: the traced child execs this path once, and forkprof's
+    // own PATH search is not charged to the command as failed execs.
+    let resolved = match resolve(program) {
+        Ok(path) => path,
+        Err(code) => {
+            let why = if code == EXIT_NOT_FOUND {
+                "command not found"
+            } else {
+                "Permission denied"
+            };
+            eprintln!("forkprof: {}: {why}", escape(program.as_bytes()));
+            return Ok(code);
+        }
+    };
     let user = InvokingUser::from_env()?;
     let command = command_line(&args.command);
     let mut session = TraceSession::start(Options {
@@ -100,8 +105,8 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     })?;
     let procs = session.procs()?;
 
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(&args.command[1..]);
+    let mut cmd = std::process::Command::new(&resolved);
+    cmd.arg0(program).args(&args.command[1..]);
     if let Some(u) = &user {
         if let Some(home) = &u.home {
             cmd.env("HOME", home);
@@ -162,13 +167,22 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     let wall_ns = started.elapsed().as_nanos() as u64;
     session.drain()?;
     let report = session.report(command, Some(status), wall_ns);
+    // A report nobody reads any more (`2>&1 | head -1`) is no failure: the command's status
+    // stands.
+    super::exit_code_on_broken_pipe(status.shell_code());
     // The report first: a recording that failed (disk full) must not take it along.
-    write_report(&report, &args.output_format, user.as_ref())?;
+    if let Err(e) = write_report(&report, &args.output_format, user.as_ref())
+        && !super::is_broken_pipe(&e)
+    {
+        return Err(e);
+    }
     session.finish(
         &report,
         vec![
             ("root_pid".into(), pid.to_string()),
             ("exit".into(), serde_json::to_string(&status)?),
+            // The report's wall time, so that `report FILE` gives the same rates and shares.
+            ("wall_ns".into(), wall_ns.to_string()),
         ],
     )?;
     Ok(status.shell_code())
@@ -186,7 +200,12 @@ pub fn write_report(
     if args.json {
         output::json::write(report, &mut out)?;
     } else {
-        output::table::write(report, args.top, &mut out)?;
+        // Fit the terminal only when the report goes to it (stderr), not to a file.
+        let width = match args.report {
+            None => output::width::stderr(),
+            Some(_) => None,
+        };
+        output::table::write_width(report, args.top, width, &mut out)?;
     }
     out.flush()?;
     Ok(())

@@ -1,6 +1,7 @@
 //! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
 //! unit-tested from synthetic records.
 pub mod bench;
+pub mod diff;
 pub mod hints;
 pub mod live;
 pub mod method;

@@ -149,6 +149,17 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether the filter leaves processes out.
+    pub fn is_active(&self) -> bool {
+        self.binary.is_some() || self.from_ns.is_some() || self.to_ns.is_some()
+    }
+
+    /// The wall time the report covers: the `--from`/`--to` window of a run of `wall_ns`.
+    pub fn wall_ns(&self, wall_ns: u64) -> u64 {
+        let end = self.to_ns.map_or(wall_ns, |t| t.min(wall_ns));
+        end.saturating_sub(self.from_ns.unwrap_or(0).min(end))
+    }
+
     /// Whether process `p`, whose binaries are `bins`, is in the report. `first_ns` is the
     /// trace's first record.
     pub fn matches(&self, p: &Process, bins: &Binaries, first_ns: u64) -> bool {
@@ -409,6 +420,7 @@ impl Report {
         let mut processes = Vec::new();
         let mut spawn_times = Vec::new();
         let mut spawn_cost_total = 0u64;
+        let mut filtered_threads = 0u64;
         let mut folded: HashMap<Shared, u64> = HashMap::new();
 
         for &i in &order {
@@ -416,6 +428,9 @@ impl Report {
             let bins = &binaries[i];
             if !ctx.filter.matches(p, bins, first_ns) {
                 continue;
+            }
+            if ctx.filter.is_active() {
+                filtered_threads += u64::from(p.threads);
             }
             let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
             let ph = Phases::of(p, is_static);
@@ -500,13 +515,19 @@ impl Report {
                 });
             }
         }
-        let wall_s = ctx.wall_ns as f64 / 1e9;
+        // A filtered report counts the threads of the processes it covers.
+        if ctx.filter.is_active() {
+            summary.threads = filtered_threads;
+        }
+        // Rates and shares are of the time the report covers (`--from`/`--to`).
+        let wall_ns = ctx.filter.wall_ns(ctx.wall_ns);
+        let wall_s = wall_ns as f64 / 1e9;
         if wall_s > 0.0 {
             summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
         }
-        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times, ctx.wall_ns);
-        if ctx.wall_ns > 0 {
-            summary.spawn_cost_share_of_wall = spawn_cost_total as f64 / ctx.wall_ns as f64;
+        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times, wall_ns);
+        if wall_ns > 0 {
+            summary.spawn_cost_share_of_wall = spawn_cost_total as f64 / wall_ns as f64;
         }
         // Hints read the rows in one order whatever `--sort` says; the rows are put in the
         // order asked for afterwards.
@@ -520,7 +541,7 @@ impl Report {
             forkprof_version: env!("CARGO_PKG_VERSION"),
             command: ctx.command.clone(),
             exit: ctx.exit,
-            wall_ns: ctx.wall_ns,
+            wall_ns,
             summary,
             methods,
             sources: ctx.sources.clone(),

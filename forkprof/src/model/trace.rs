@@ -154,6 +154,8 @@ pub struct Process {
     pub exit: Option<Exit>,
     /// `child_run` (ns), from the exec or exit record that closed it; 0: not measured.
     pub child_run_ns: u64,
+    /// Threads it created while traced (so that a filtered report counts its own).
+    pub threads: u32,
 }
 
 impl Process {
@@ -168,6 +170,7 @@ impl Process {
             lds: Vec::new(),
             exit: None,
             child_run_ns: 0,
+            threads: 0,
         }
     }
 
@@ -339,7 +342,14 @@ impl Trace {
         match record {
             Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
                 Spawned::Failed => self.failed_spawns += 1,
-                Spawned::Thread => self.threads += 1,
+                Spawned::Thread => {
+                    self.threads += 1;
+                    // A thread's record is about its process (the creator).
+                    if let Some(&i) = self.index.get(&r.hdr.proc) {
+                        let p = &mut self.processes[i];
+                        p.threads = p.threads.saturating_add(1);
+                    }
+                }
                 Spawned::Process(method) => {
                     let inherited = self.get(&r.parent).and_then(|parent| {
                         parent

@@ -4,6 +4,7 @@ use std::io::Write;
 use anyhow::Result;
 use comfy_table::{Cell, Table, presets::UTF8_FULL_CONDENSED};
 
+use super::width::{self, Column, Wrap};
 use crate::model::bench::{Ratio, RowResult};
 use crate::model::phases::Phase;
 
@@ -26,41 +27,156 @@ pub fn json(
 }
 
 /// One line per row (µs per iteration, overhead, coverage, phase means), then the ratios.
+/// As it goes to a pipe or a file: every column; [`table_width`] fits a terminal.
 pub fn table(rows: &[RowResult], ratios: &[Ratio], out: &mut dyn Write) -> Result<()> {
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
-    let mut header = vec![
-        "experiment",
-        "µs/iter",
-        "traced overhead",
-        "spawn_cost coverage",
+    table_width(rows, ratios, None, out)
+}
+
+/// [`table`], fitted to `width` when it goes to a terminal (`width::stdout()`): the phase
+/// columns go on in as many tables as the width needs, each starting with the experiment.
+pub fn table_width(
+    rows: &[RowResult],
+    ratios: &[Ratio],
+    width: Option<usize>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let first = [
+        Column::new("experiment", rows.iter().map(|r| r.name.clone()).collect()).left(Wrap::Words),
+        Column::new(
+            "µs/iter",
+            rows.iter()
+                .map(|r| format!("{:.1}", r.us_per_iter))
+                .collect(),
+        ),
+        Column::new(
+            "traced overhead",
+            rows.iter()
+                .map(|r| format!("{:+.1}%", 100.0 * r.tracing_overhead))
+                .collect(),
+        ),
+        Column::new(
+            "spawn_cost coverage",
+            rows.iter()
+                .map(|r| format!("{:.0}%", 100.0 * r.spawn_cost_coverage))
+                .collect(),
+        ),
     ];
-    header.extend(Phase::BENCH_COLUMNS.iter().map(|p| p.name()));
-    t.set_header(header);
-    for r in rows {
-        let mut row = vec![
-            Cell::new(&r.name),
-            Cell::new(format!("{:.1}", r.us_per_iter)),
-            Cell::new(format!("{:+.1}%", 100.0 * r.tracing_overhead)),
-            Cell::new(format!("{:.0}%", 100.0 * r.spawn_cost_coverage)),
-        ];
-        for phase in Phase::BENCH_COLUMNS {
-            row.push(Cell::new(match r.phases_us.get(phase) {
-                Some(v) => format!("{v:.1}"),
-                None => "-".into(),
-            }));
-        }
-        t.add_row(row);
-    }
-    writeln!(
-        out,
+    let phases = Phase::BENCH_COLUMNS.iter().map(|&phase| {
+        let cells = rows.iter().map(|r| match r.phases_us.get(phase) {
+            Some(v) => format!("{v:.1}"),
+            None => "-".into(),
+        });
+        Column::new(phase.name(), cells.collect())
+    });
+    let mut cols: Vec<Column> = first.into_iter().chain(phases).collect();
+    let title = format!(
         "Per iteration (µs; {}: faults). Phase columns: means over the spawned processes.",
         Phase::CowFaults.name()
-    )?;
-    writeln!(out, "{t}")?;
-    writeln!(out, "\nRatios")?;
-    for r in ratios {
-        writeln!(out, "  {}", r.text)?;
+    );
+    match width {
+        None => {
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED);
+            t.set_header(cols.iter().map(|c| c.header.as_str()));
+            for i in 0..rows.len() {
+                t.add_row(cols.iter().map(|c| Cell::new(&c.cells[i])));
+            }
+            writeln!(out, "{title}")?;
+            writeln!(out, "{t}")?;
+            writeln!(out, "\nRatios")?;
+            for r in ratios {
+                writeln!(out, "  {}", r.text)?;
+            }
+        }
+        Some(w) => {
+            let key = cols.remove(0);
+            writeln!(out, "{}", width::wrap_prose(&title, "", w))?;
+            for t in width::split(&key, &cols, w) {
+                writeln!(out, "{t}")?;
+            }
+            writeln!(out, "\nRatios")?;
+            for r in ratios {
+                writeln!(
+                    out,
+                    "{}",
+                    width::wrap_prose(&format!("  {}", r.text), "    ", w)
+                )?;
+            }
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::phases::PHASES;
+
+    fn row(name: &str) -> RowResult {
+        RowResult {
+            name: name.into(),
+            us_per_iter: 1234.5,
+            us_per_iter_traced: 1300.0,
+            phases_us: Phase::BENCH_COLUMNS.iter().map(|&p| (p, 12345.6)).collect(),
+            spawn_cost_coverage: 0.93,
+            tracing_overhead: 0.052,
+            ..Default::default()
+        }
+    }
+
+    fn render(width: Option<usize>) -> String {
+        let rows = [
+            row("fork+exec dynamic"),
+            row("vfork+_exit static parent"),
+            row("fork rss 1024 MiB"),
+        ];
+        let mut out = Vec::new();
+        table_width(&rows, &[], width, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// At 100 columns no line is wider, and every phase name and experiment word is whole.
+    #[test]
+    fn the_table_fits_100_columns() {
+        let text = render(Some(100));
+        for line in text.lines() {
+            assert!(line.chars().count() <= 100, "{line}\n{text}");
+        }
+        let cells: Vec<&str> = text
+            .lines()
+            .flat_map(|l| l.split(['│', '┆']))
+            .map(str::trim)
+            .collect();
+        for p in Phase::BENCH_COLUMNS {
+            assert!(cells.contains(&p.name()), "{} not whole:\n{text}", p.name());
+        }
+        for word in [
+            "fork+exec",
+            "vfork+_exit",
+            "experiment",
+            "µs/iter",
+            "1234.5",
+        ] {
+            assert!(text.contains(word), "{word}:\n{text}");
+        }
+        // Every phase name in a cell is a whole one: no piece of a name.
+        let names: Vec<&str> = PHASES.iter().map(|p| p.name()).collect();
+        for c in cells.iter().filter(|c| c.contains('_') && !c.contains(' ')) {
+            assert!(
+                names.contains(c) || c.starts_with("vfork+"),
+                "`{c}`:\n{text}"
+            );
+        }
+    }
+
+    /// A pipe gets one table with every column, as before.
+    #[test]
+    fn a_pipe_gets_one_wide_table() {
+        let text = render(None);
+        let header = text.lines().nth(2).unwrap();
+        for p in Phase::BENCH_COLUMNS {
+            assert!(header.contains(p.name()), "{header}");
+        }
+        assert!(header.chars().count() > 200, "{header}");
+    }
 }

@@ -244,11 +244,74 @@ impl Metrics {
         }
     }
 
+    /// The OpenMetrics text exposition (prometheus-client's encoding).
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
+
+    /// The exposition in the format the scraper asked for with its `Accept` header:
+    /// OpenMetrics when it lists `application/openmetrics-text`, as Prometheus itself does,
+    /// else the Prometheus text format 0.0.4 that older scrapers and `promtool check
+    /// metrics` read. Returns the body and its content type.
+    pub fn encode_for(&self, accept: &str) -> Result<(String, &'static str), std::fmt::Error> {
+        let open_metrics = self.encode()?;
+        if accept.contains("application/openmetrics-text") {
+            Ok((open_metrics, OPENMETRICS_CONTENT_TYPE))
+        } else {
+            Ok((to_text_004(&open_metrics), TEXT_004_CONTENT_TYPE))
+        }
+    }
+}
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const TEXT_004_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// OpenMetrics text -> Prometheus text 0.0.4. The samples are the same; what differs is in
+/// the metadata: a counter's family is named with its `_total` suffix, an info metric is a
+/// gauge named `..._info`, there are no `# UNIT` lines and no `# EOF`.
+fn to_text_004(open_metrics: &str) -> String {
+    let mut out = String::with_capacity(open_metrics.len());
+    let mut kind_of = std::collections::HashMap::new();
+    for line in open_metrics.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some((name, kind)) = rest.split_once(' ')
+        {
+            kind_of.insert(name.to_string(), kind.to_string());
+        }
+    }
+    let renamed = |name: &str| -> (String, Option<&'static str>) {
+        match kind_of.get(name).map(String::as_str) {
+            Some("counter") if !name.ends_with("_total") => (format!("{name}_total"), None),
+            Some("info") => (format!("{name}_info"), Some("gauge")),
+            _ => (name.to_string(), None),
+        }
+    };
+    for line in open_metrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# TYPE ", "# HELP "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta.and_then(|(p, rest)| rest.split_once(' ').map(|(n, r)| (p, n, r))) {
+            Some((prefix, name, rest)) => {
+                let (name, kind) = renamed(name);
+                let rest = match (prefix, kind) {
+                    ("# TYPE ", Some(kind)) => kind,
+                    _ => rest,
+                };
+                out.push_str(&format!("{prefix}{name} {rest}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -301,5 +364,24 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn text_004_names_counters_with_total_and_info_as_a_gauge() {
+        let m = Metrics::new(5);
+        let (text, kind) = m.encode_for("text/plain;version=0.0.4").unwrap();
+        assert_eq!(kind, TEXT_004_CONTENT_TYPE);
+        assert!(
+            text.contains("# TYPE forkprof_spawns_total counter"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE forkprof_build_info gauge"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains(" info\n"),
+            "{text}"
+        );
+        let (om, kind) = m.encode_for("application/openmetrics-text").unwrap();
+        assert_eq!(kind, OPENMETRICS_CONTENT_TYPE);
+        assert!(om.ends_with("# EOF\n"), "{om}");
     }
 }

@@ -6,6 +6,7 @@ use anyhow::Result;
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 use super::duration;
+use super::width::{self, Column, Wrap};
 use crate::model::{
     Report,
     phases::{PHASES, Phase, PhaseMap},
@@ -26,6 +27,45 @@ fn new_table(header: &[&str]) -> Table {
         }
     }
     t
+}
+
+/// `cols` as one table: as it always was when `width` is `None` (a pipe or a file), else
+/// fitted to `width`, with a line naming the columns left out.
+fn render(cols: &[Column], width: Option<usize>, out: &mut dyn Write) -> Result<()> {
+    let Some(w) = width else {
+        let header: Vec<&str> = cols.iter().map(|c| c.header.as_str()).collect();
+        let mut t = new_table(&header);
+        let rows = cols.first().map_or(0, |c| c.cells.len());
+        for r in 0..rows {
+            t.add_row(cols.iter().map(|c| Cell::new(&c.cells[r])));
+        }
+        writeln!(out, "{t}")?;
+        return Ok(());
+    };
+    let fitted = width::fit(cols, w);
+    writeln!(out, "{}", fitted.table)?;
+    if let Some(note) = width::left_out_note(&fitted.left_out, w) {
+        writeln!(out, "{note}")?;
+    }
+    Ok(())
+}
+
+/// A line of prose, broken at spaces to fit `width` (later lines start with `indent`).
+fn prose(out: &mut dyn Write, width: Option<usize>, text: &str, indent: &str) -> Result<()> {
+    match width {
+        None => writeln!(out, "{text}")?,
+        Some(w) => writeln!(out, "{}", width::wrap_prose(text, indent, w))?,
+    }
+    Ok(())
+}
+
+/// "  a   b   c", broken between items to fit `width`.
+fn items(out: &mut dyn Write, width: Option<usize>, items: &[String]) -> Result<()> {
+    match width {
+        None => writeln!(out, "  {}", items.join("   "))?,
+        Some(w) => writeln!(out, "{}", width::wrap_items("  ", items, "   ", "  ", w))?,
+    }
+    Ok(())
 }
 
 fn methods(m: &BTreeMap<&'static str, u64>) -> String {
@@ -56,8 +96,12 @@ struct Section<'a> {
     /// The first column's name: what the rows are.
     first: &'a str,
     rows: &'a [GroupRow],
+    /// What each row is called: its key, or on a terminal a shortened path.
+    labels: &'a [String],
     /// How many rows to show.
     top: usize,
+    /// The terminal's width; `None`: a pipe or a file.
+    width: Option<usize>,
 }
 
 fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
@@ -65,104 +109,169 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         title,
         first,
         rows,
+        labels,
         top,
+        width,
     } = *s;
-    writeln!(out, "\n{title}")?;
-    let mut t = new_table(&[
-        first,
-        "processes",
-        "execs",
-        "failed execs",
-        "spawn cost total",
-        "mean",
-        "methods",
-    ]);
-    for r in rows.iter().take(top) {
-        let (total, mean) = phase_total(&r.phases, Phase::SpawnCost);
-        t.add_row(vec![
-            Cell::new(&r.binary),
-            Cell::new(r.processes),
-            Cell::new(r.execs),
-            Cell::new(r.failed_execs),
-            Cell::new(total),
-            Cell::new(mean),
-            Cell::new(methods(&r.methods)),
-        ]);
-    }
-    writeln!(out, "{t}")?;
+    writeln!(out)?;
+    prose(out, width, title, "")?;
+    let shown = || rows.iter().zip(labels).take(top);
+    let col = |header: &str, f: &dyn Fn(&GroupRow) -> String| {
+        Column::new(header, shown().map(|(r, _)| f(r)).collect())
+    };
+    let total = |r: &GroupRow| phase_total(&r.phases, Phase::SpawnCost);
+    let key_wrap = if first.ends_with("binary") {
+        Wrap::Path
+    } else {
+        Wrap::Words
+    };
+    let cols = [
+        Column::new(first, shown().map(|(_, l)| l.clone()).collect()).left(key_wrap),
+        col("processes", &|r| r.processes.to_string()),
+        col("execs", &|r| r.execs.to_string()).drop(5),
+        col("failed execs", &|r| r.failed_execs.to_string()).drop(2),
+        col("spawn cost total", &|r| total(r).0),
+        col("mean", &|r| total(r).1).drop(3),
+        col("methods", &|r| methods(&r.methods))
+            .left(Wrap::Items)
+            .drop(4),
+    ];
+    render(&cols, width, out)?;
     if rows.len() > top {
         writeln!(out, "({} more; --top N shows more)", rows.len() - top)?;
     }
     Ok(())
 }
 
-/// Mean of each phase per binary ("-" where not measured).
+/// Mean of each phase per binary ("-" where not measured). On a terminal, as many tables
+/// side by side as its width needs, each starting with the binary.
 fn breakdown_table(s: &Section, out: &mut dyn Write) -> Result<()> {
     let Section {
-        first, rows, top, ..
+        first,
+        rows,
+        labels,
+        top,
+        width,
+        ..
     } = *s;
-    writeln!(out, "\n{}: phase means (percentiles in --json)", s.title)?;
-    let mut header = vec![first, Phase::SpawnCost.name()];
-    header.extend(Phase::BREAKDOWN.iter().map(|p| p.name()));
-    let mut t = new_table(&header);
-    for r in rows.iter().filter(|r| r.processes > 0).take(top) {
-        let mut cells = vec![Cell::new(&r.binary)];
-        for phase in std::iter::once(Phase::SpawnCost).chain(Phase::BREAKDOWN) {
-            cells.push(Cell::new(match r.phases.get(phase) {
+    writeln!(out)?;
+    let title = format!("{}: phase means (percentiles in --json)", s.title);
+    prose(out, width, &title, "")?;
+    let shown: Vec<(&GroupRow, &String)> = rows
+        .iter()
+        .zip(labels)
+        .filter(|(r, _)| r.processes > 0)
+        .take(top)
+        .collect();
+    let key_wrap = if first.ends_with("binary") {
+        Wrap::Path
+    } else {
+        Wrap::Words
+    };
+    let key = Column::new(first, shown.iter().map(|(_, l)| (*l).clone()).collect()).left(key_wrap);
+    let phases: Vec<Column> = std::iter::once(Phase::SpawnCost)
+        .chain(Phase::BREAKDOWN)
+        .map(|phase| {
+            let cells = shown.iter().map(|(r, _)| match r.phases.get(phase) {
                 Some(s) if s.count > 0 => value(phase, s.mean),
                 _ => "-".into(),
-            }));
+            });
+            Column::new(phase.name(), cells.collect())
+        })
+        .collect();
+    match width {
+        None => {
+            let mut cols = vec![key];
+            cols.extend(phases);
+            render(&cols, None, out)?;
         }
-        t.add_row(cells);
+        Some(w) => {
+            for t in width::split(&key, &phases, w) {
+                writeln!(out, "{t}")?;
+            }
+        }
     }
-    writeln!(out, "{t}")?;
     Ok(())
 }
 
+/// The report as it goes to a pipe or a file: every column, full paths.
 pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
+    write_width(report, top, None, out)
+}
+
+/// The report, fitted to `width` when it goes to a terminal (`width::stdout()`,
+/// `width::stderr()`); `None` is [`write`].
+pub fn write_width(
+    report: &Report,
+    top: usize,
+    width: Option<usize>,
+    out: &mut dyn Write,
+) -> Result<()> {
     let s = &report.summary;
     let how = match report.exit {
         Some(ExitStatus::Code(c)) => format!("exited {c}"),
         Some(ExitStatus::Signal(sig)) => format!("was killed by signal {sig}"),
         None => "ran".to_string(),
     };
-    writeln!(
+    writeln!(out)?;
+    if report.command.is_empty() {
+        // `record`: no command, the system or a process tree for a while.
+        let text = format!("forkprof: a recording of {}", duration(report.wall_ns));
+        prose(out, width, &text, "  ")?;
+    } else {
+        let text = format!(
+            "forkprof: `{}` {how} after {}",
+            report.command.join(" "),
+            duration(report.wall_ns)
+        );
+        prose(out, width, &text, "  ")?;
+    }
+    items(
         out,
-        "\nforkprof: `{}` {how} after {}",
-        report.command.join(" "),
-        duration(report.wall_ns)
+        width,
+        &[
+            format!("processes {}", s.processes),
+            format!("threads {}", s.threads),
+            format!("execs {}", s.execs),
+            format!("failed execs {}", s.failed_execs),
+            format!("failed spawns {}", s.failed_spawns),
+            format!("still running {}", s.still_running),
+        ],
     )?;
-    writeln!(
+    items(
         out,
-        "  processes {}   threads {}   execs {}   failed execs {}   failed spawns {}   still running {}",
-        s.processes, s.threads, s.execs, s.failed_execs, s.failed_spawns, s.still_running
-    )?;
-    writeln!(
-        out,
-        "  spawn rate: mean {:.1}/s, peak {:.1}/s   atime updates {}   lost events {}",
-        s.spawn_rate_mean_per_s, s.spawn_rate_peak_per_s, s.atime_updates, s.lost_events
+        width,
+        &[
+            format!(
+                "spawn rate: mean {:.1}/s, peak {:.1}/s",
+                s.spawn_rate_mean_per_s, s.spawn_rate_peak_per_s
+            ),
+            format!("atime updates {}", s.atime_updates),
+            format!("lost events {}", s.lost_events),
+        ],
     )?;
     if s.lost_events > 0 {
         let dropped = match s.lost.recording_dropped {
             0 => String::new(),
             n => format!(", not recorded {n}"),
         };
-        writeln!(
-            out,
+        let text = format!(
             "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}{dropped}): totals are incomplete",
             s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable
-        )?;
+        );
+        prose(out, width, &text, "    ")?;
     }
-    writeln!(
-        out,
+    let text = format!(
         "  spawn cost {} in all = {:.1}% of wall time",
         duration(report.phases.get(Phase::SpawnCost).map_or(0, |p| p.total)),
         100.0 * s.spawn_cost_share_of_wall
-    )?;
-    writeln!(out, "  methods: {}", methods(&report.methods))?;
+    );
+    prose(out, width, &text, "    ")?;
+    let text = format!("  methods: {}", methods(&report.methods));
+    prose(out, width, &text, "    ")?;
 
     writeln!(out, "\nPhases (per process)")?;
-    let mut t = new_table(&["phase", "count", "total", "mean", "p50", "p99", "source"]);
+    let mut cells: [Vec<String>; 7] = Default::default();
     for phase in PHASES {
         // A recording made before a phase had a source says nothing about it.
         let source = report.sources.get(phase).cloned().unwrap_or_else(|| {
@@ -172,28 +281,41 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
                 "not recorded".into()
             }
         });
-        match report.phases.get(phase) {
-            Some(p) => t.add_row(vec![
-                Cell::new(phase.name()),
-                Cell::new(p.count),
-                Cell::new(value(phase, p.total)),
-                Cell::new(value(phase, p.mean)),
-                Cell::new(value(phase, p.p50)),
-                Cell::new(value(phase, p.p99)),
-                Cell::new(source),
-            ]),
-            None => t.add_row(vec![
-                Cell::new(phase.name()),
-                Cell::new(0),
-                Cell::new("-"),
-                Cell::new("-"),
-                Cell::new("-"),
-                Cell::new("-"),
-                Cell::new(source),
-            ]),
+        let row = match report.phases.get(phase) {
+            Some(p) => [
+                phase.name().to_string(),
+                p.count.to_string(),
+                value(phase, p.total),
+                value(phase, p.mean),
+                value(phase, p.p50),
+                value(phase, p.p99),
+                source,
+            ],
+            None => [
+                phase.name().to_string(),
+                "0".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                source,
+            ],
         };
+        for (col, cell) in cells.iter_mut().zip(row) {
+            col.push(cell);
+        }
     }
-    writeln!(out, "{t}")?;
+    let [phase, count, total, mean, p50, p99, source] = cells;
+    let cols = [
+        Column::new("phase", phase).left(Wrap::Never),
+        Column::new("count", count).drop(1),
+        Column::new("total", total).drop(3),
+        Column::new("mean", mean),
+        Column::new("p50", p50).drop(4),
+        Column::new("p99", p99).drop(2),
+        Column::new("source", source).left(Wrap::Words).drop(5),
+    ];
+    render(&cols, width, out)?;
     for (by, rows) in &report.groups {
         let (title, first) = match *by {
             "binary" => ("Binaries", "binary"),
@@ -201,11 +323,18 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
             "method" => ("Methods", "method"),
             _ => ("Ancestries", "ancestry"),
         };
+        let keys: Vec<&str> = rows.iter().map(|r| r.binary.as_str()).collect();
+        let labels = match (width, *by) {
+            (Some(_), "binary" | "parent") => width::short_paths(&keys),
+            _ => keys.iter().map(|k| k.to_string()).collect(),
+        };
         let section = Section {
             title,
             first,
             rows,
+            labels: &labels,
             top,
+            width,
         };
         group_table(&section, out)?;
         breakdown_table(&section, out)?;
@@ -213,8 +342,35 @@ pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
     if !report.hints.is_empty() {
         writeln!(out, "\nHints")?;
         for h in &report.hints {
-            writeln!(out, "  - {}", h.text)?;
+            prose(out, width, &format!("  - {}", h.text), "    ")?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::Trace;
+    use crate::model::report::{Context, Report};
+    use crate::model::tests_support::{exec, key, spawn};
+
+    /// A `record` has no command: its header says what it is, not "`` ran after".
+    #[test]
+    fn a_recording_without_a_command_says_so() {
+        let mut t = Trace::default();
+        t.ingest(spawn(key(1, 0), key(2, 500), 57, 17));
+        t.ingest(exec(key(2, 500), 200_000, b"/bin/true", 0, 0));
+        let report = Report::build(
+            &t,
+            &Context {
+                wall_ns: 10_000_000_000,
+                ..Context::for_run(&|_| false)
+            },
+        );
+        let mut out = Vec::new();
+        super::write(&report, 5, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("forkprof: a recording of 10.00 s"), "{text}");
+        assert!(!text.contains("``"), "{text}");
+    }
 }

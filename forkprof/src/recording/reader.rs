@@ -75,10 +75,7 @@ fn open_read_only(path: &Path) -> rusqlite::Result<Connection> {
             ),
         }
     }
-    Connection::open_with_flags(
-        immutable_uri(path),
-        flags | OpenFlags::SQLITE_OPEN_URI,
-    )
+    Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
 }
 
 /// `file:PATH?immutable=1`, with PATH percent-encoded.

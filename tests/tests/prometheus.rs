@@ -1,0 +1,104 @@
+//! `forkprof monitor` speaks both exposition formats, as Prometheus' own exporters do:
+//! OpenMetrics when the scraper asks for it, the text format 0.0.4 otherwise, and
+//! `promtool check metrics` accepts what it serves (it used to fail on `unknown metric type
+//! "info"`, because OpenMetrics was served whatever the scraper asked for).
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, needs_root};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The response's Content-Type and body for `url`, asking with `accept`.
+fn scrape(url: &str, accept: &str) -> Option<(String, String)> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", "-H"])
+        .arg(format!("Accept: {accept}"))
+        .args(["-w", "\n%{content_type}", url])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, kind) = text.rsplit_once('\n')?;
+    Some((kind.to_string(), body.to_string()))
+}
+
+fn promtool_check(body: &str) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask setup installs the prometheus package)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn both_exposition_formats_pass_promtool() {
+    needs_root!();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _monitor = Killed(
+        Command::new(forkprof())
+            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        if let Some(r) = scrape(&url, "text/plain;version=0.0.4") {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "monitor never served /metrics");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        text.0.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        text.0
+    );
+    assert!(!text.1.contains("# EOF"), "{}", text.1);
+    let checked = promtool_check(&text.1);
+    assert!(
+        checked.status.success(),
+        "promtool on text 0.0.4: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // What Prometheus sends: OpenMetrics first.
+    let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let om = scrape(&url, prometheus_accept).expect("OpenMetrics scrape");
+    assert!(om.0.starts_with("application/openmetrics-text"), "{}", om.0);
+    assert!(om.1.trim_end().ends_with("# EOF"), "{}", om.1);
+    // The same samples either way.
+    let samples = |body: &str| {
+        body.lines()
+            .filter(|l| l.starts_with("forkprof_spawns_total{"))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(samples(&text.1), samples(&om.1));
+    assert!(!samples(&text.1).is_empty(), "{}", text.1);
+}

@@ -686,7 +686,7 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     if args.json {
         output::bench::json(cpu, &results, &ratios, &skipped, &mut out)?;
     } else {
-        output::bench::table_width(&results, &ratios, output::width::stdout(), &mut out)?;
+        output::bench::table(&results, &ratios, output::width::stdout(), &mut out)?;
     }
     Ok(0)
 }

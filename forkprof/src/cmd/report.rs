@@ -101,7 +101,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     let mut out = stdout.lock();
     match args.format {
         Format::Table => {
-            output::table::write_width(&report, args.top, output::width::stdout(), &mut out)?
+            output::table::write(&report, args.top, output::width::stdout(), &mut out)?
         }
         Format::Json => output::json::write(&report, &mut out)?,
         Format::Csv => output::csv::write(&report, by, &mut out)?,

@@ -205,7 +205,7 @@ pub fn write_report(
             None => output::width::stderr(),
             Some(_) => None,
         };
-        output::table::write_width(report, args.top, width, &mut out)?;
+        output::table::write(report, args.top, width, &mut out)?;
     }
     out.flush()?;
     Ok(())

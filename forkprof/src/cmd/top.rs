@@ -54,13 +54,9 @@ pub fn run(args: TopArgs) -> Result<i32> {
                 return Ok(0);
             }
             let view = interval(&mut session, &mut top, start.elapsed())?;
-            let written = writeln!(out, "{}", tui::plain_line(&view, args.top));
-            match written.and_then(|()| out.flush()) {
-                Ok(()) => {}
-                // The reader is gone (`forkprof top | head`): nothing left to do.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(0),
-                Err(e) => return Err(e.into()),
-            }
+            // A reader that is gone (`forkprof top | head`) ends forkprof quietly (main.rs).
+            writeln!(out, "{}", tui::plain_line(&view, args.top))?;
+            out.flush()?;
             if args.once {
                 return Ok(0);
             }

@@ -27,14 +27,10 @@ pub fn json(
 }
 
 /// One line per row (µs per iteration, overhead, coverage, phase means), then the ratios.
-/// As it goes to a pipe or a file: every column; [`table_width`] fits a terminal.
-pub fn table(rows: &[RowResult], ratios: &[Ratio], out: &mut dyn Write) -> Result<()> {
-    table_width(rows, ratios, None, out)
-}
-
-/// [`table`], fitted to `width` when it goes to a terminal (`width::stdout()`): the phase
-/// columns go on in as many tables as the width needs, each starting with the experiment.
-pub fn table_width(
+/// Fitted to `width` when it goes to a terminal (`width::stdout()`): the phase columns go on
+/// in as many tables as the width needs, each starting with the experiment. `None` (a pipe
+/// or a file): every column.
+pub fn table(
     rows: &[RowResult],
     ratios: &[Ratio],
     width: Option<usize>,
@@ -131,7 +127,7 @@ mod tests {
             row("fork rss 1024 MiB"),
         ];
         let mut out = Vec::new();
-        table_width(&rows, &[], width, &mut out).unwrap();
+        table(&rows, &[], width, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 

@@ -194,19 +194,9 @@ fn breakdown_table(s: &Section, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// The report as it goes to a pipe or a file: every column, full paths.
-pub fn write(report: &Report, top: usize, out: &mut dyn Write) -> Result<()> {
-    write_width(report, top, None, out)
-}
-
 /// The report, fitted to `width` when it goes to a terminal (`width::stdout()`,
-/// `width::stderr()`); `None` is [`write`].
-pub fn write_width(
-    report: &Report,
-    top: usize,
-    width: Option<usize>,
-    out: &mut dyn Write,
-) -> Result<()> {
+/// `width::stderr()`); `None` (a pipe or a file): every column, full paths.
+pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Write) -> Result<()> {
     let s = &report.summary;
     let how = match report.exit {
         Some(ExitStatus::Code(c)) => format!("exited {c}"),
@@ -368,7 +358,7 @@ mod tests {
             },
         );
         let mut out = Vec::new();
-        super::write(&report, 5, &mut out).unwrap();
+        super::write(&report, 5, None, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("forkprof: a recording of 10.00 s"), "{text}");
         assert!(!text.contains("``"), "{text}");

@@ -266,11 +266,20 @@ pub struct ReportCmdArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(
+    override_usage = "forkprof diff [OPTIONS] BEFORE AFTER\n       forkprof diff [OPTIONS] BEFORE... -- AFTER...",
+    after_help = "One recording a side compares processes, but cannot tell a change from the \
+                  machine's drift between the two runs. Record each side 3 or more times, \
+                  alternating, and give them all: forkprof diff before-*.db -- after-*.db"
+)]
 pub struct DiffArgs {
-    /// The recording before the change (`record -o` or `run -o`).
-    pub before: PathBuf,
-    /// The recording after the change.
-    pub after: PathBuf,
+    /// The recording before the change (`record -o` or `run -o`) and the one after; or
+    /// several runs before, then `--` and several runs after.
+    #[arg(required = true, value_name = "BEFORE")]
+    pub before: Vec<PathBuf>,
+    /// With `--`: the recordings after the change.
+    #[arg(last = true, value_name = "AFTER")]
+    pub after: Vec<PathBuf>,
     /// How to group processes (`cgroup` is not available yet).
     #[arg(long, value_enum, default_value_t = GroupArg::Binary)]
     pub by: GroupArg,

@@ -242,6 +242,98 @@ fn a_recording_against_itself_has_no_change() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A copy of fixture `from` as `to` in `dir`, as if the machine ran its dynamic linking
+/// `factor` times slower (a VM's speed drifting between runs).
+fn drifted(dir: &Path, from: &str, to: &str, factor: f64) {
+    std::fs::copy(fixtures().join(from), dir.join(to)).unwrap();
+    let conn = rusqlite::Connection::open(dir.join(to)).unwrap();
+    conn.execute_batch(&format!(
+        "UPDATE lds SET ld_start_ns = CAST(ld_start_ns * {factor} AS INTEGER), \
+         ld_map_ns = CAST(ld_map_ns * {factor} AS INTEGER), \
+         ld_reloc_init_ns = CAST(ld_reloc_init_ns * {factor} AS INTEGER);"
+    ))
+    .unwrap();
+}
+
+fn json_rows(out: &Output) -> Vec<serde_json::Value> {
+    succeeded(out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["rows"].as_array().unwrap().clone()
+}
+
+fn find<'a>(rows: &'a [serde_json::Value], group: &str) -> &'a serde_json::Value {
+    rows.iter().find(|r| r["group"] == group).unwrap()
+}
+
+/// One recording a side cannot tell drift from change; several, alternating, can.
+#[test]
+fn several_recordings_a_side_absorb_drift_and_keep_the_change() {
+    let (dir, _, _) = copies("replicates");
+    // Runs where the machine was slow: dynamic linking 1.4× (`ld` 1.2× in all, `cc` 1.3×).
+    drifted(&dir, "before.db", "before-slow.db", 1.4);
+    drifted(&dir, "after.db", "after-slow.db", 1.4);
+    drifted(&dir, "before.db", "before-2.db", 1.0);
+    drifted(&dir, "after.db", "after-slow-2.db", 1.4);
+    // The unchanged `ld` looks dearer against a slow run of itself.
+    let one = json_rows(&forkprof_diff(
+        &dir,
+        &["before.db", "before-slow.db", "--format", "json"],
+    ));
+    let ld = find(&one, "/opt/synth/ld");
+    assert_eq!(ld["status"], "changed", "{ld}");
+    assert_eq!(ld["interval_method"], "bootstrap", "{ld}");
+    // Three runs a side, alternating fast and slow: `ld` is no change, `cc` still changed.
+    let out = forkprof_diff(
+        &dir,
+        &[
+            "before.db",
+            "before-slow.db",
+            "before-2.db",
+            "--format",
+            "json",
+            "--",
+            "after-slow.db",
+            "after.db",
+            "after-slow-2.db",
+        ],
+    );
+    let two = json_rows(&out);
+    let ld = find(&two, "/opt/synth/ld");
+    assert_eq!(ld["status"], "no significant change", "{ld}");
+    assert_eq!(ld["interval_method"], "recordings", "{ld}");
+    let cc = find(&two, "/opt/synth/cc");
+    assert_eq!(cc["status"], "changed", "{cc}");
+    // Counts and totals are per recording; the mean is over all three.
+    let single = json_rows(&forkprof_diff(
+        &dir,
+        &["before.db", "after.db", "--format", "json"],
+    ));
+    let cc1 = find(&single, "/opt/synth/cc");
+    assert_eq!(cc["before"]["processes"], cc1["before"]["processes"]);
+    let (t1, t2) = (
+        cc1["before"]["total_ns"].as_i64().unwrap(),
+        cc["before"]["total_ns"].as_i64().unwrap(),
+    );
+    assert!(t2 > t1 && t2 < 3 * t1 / 2, "{t1} {t2}");
+    // Uneven sides work too, and the table names how many recordings each side has.
+    let out = forkprof_diff(&dir, &["before.db", "--", "after.db", "after-slow.db"]);
+    succeeded(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("→ 2 recordings"), "{text}");
+    assert!(text.contains("1 recording before and 2 after"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sides_must_be_two_or_split_by_double_dash() {
+    let (dir, _, _) = copies("sides");
+    for args in [&["before.db"][..], &["before.db", "after.db", "after.db"]] {
+        let out = forkprof_diff(&dir, args);
+        one_line_exit_2(&out, "BEFORE... -- AFTER...");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 fn one_line_exit_2(out: &Output, names: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");

@@ -1,6 +1,6 @@
 //! `forkprof diff BEFORE AFTER`: did spawning get cheaper between two recordings, and is it real?
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
@@ -36,55 +36,84 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
     Ok((Side::build(&trace, &ctx, by), version))
 }
 
+/// BEFORE's recordings and AFTER's, or the one line to print before exiting 2.
+fn sides(args: &DiffArgs) -> Result<(&[PathBuf], &[PathBuf]), String> {
+    match (args.before.len(), args.after.len()) {
+        (2, 0) => Ok(args.before.split_at(1)),
+        (n, 0) => Err(format!(
+            "diff takes BEFORE AFTER, or BEFORE... -- AFTER... (got {n} recording{} and no `--`)",
+            if n == 1 { "" } else { "s" }
+        )),
+        _ => Ok((&args.before, &args.after)),
+    }
+}
+
 pub fn run(args: DiffArgs) -> Result<i32> {
     let by = GroupBy::from(args.by);
     let folded = args.flamegraph.is_some();
-    // The two recordings load at once, one thread each.
-    let (b, a) = std::thread::scope(|s| {
-        let b = s.spawn(|| load(&args.before, by, folded));
-        let a = load(&args.after, by, folded);
-        (b.join().expect("loading BEFORE panicked"), a)
+    let (before_paths, after_paths) = match sides(&args) {
+        Ok(s) => s,
+        Err(line) => {
+            eprintln!("forkprof: {line}");
+            return Ok(EXIT_BAD_RECORDING);
+        }
+    };
+    // The recordings load at once, one thread each.
+    let paths: Vec<&PathBuf> = before_paths.iter().chain(after_paths).collect();
+    let loaded: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = paths
+            .iter()
+            .map(|p| s.spawn(move || load(p, by, folded)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("loading a recording panicked"))
+            .collect()
     });
-    let mut sides = Vec::with_capacity(2);
-    for side in [b, a] {
+    let mut sides = Vec::with_capacity(loaded.len());
+    let mut versions = Vec::with_capacity(loaded.len());
+    for side in loaded {
         match side {
-            Ok(side) => sides.push(side),
+            Ok((side, version)) => {
+                sides.push(side);
+                versions.push(version);
+            }
             Err(line) => {
                 eprintln!("forkprof: {line}");
                 return Ok(EXIT_BAD_RECORDING);
             }
         }
     }
-    let (after, after_version) = sides.pop().expect("two sides");
-    let (before, before_version) = sides.pop().expect("two sides");
-    let common = before.groups.keys().any(|k| after.groups.contains_key(k));
-    let (nb, na) = (
-        before.report.summary.processes,
-        after.report.summary.processes,
-    );
-    if !common && (nb == 0 || na == 0) {
+    let after = Side::merge(sides.split_off(before_paths.len()));
+    let before = Side::merge(sides);
+    let (nb, na) = (before.processes(), after.processes());
+    if !before.shares_a_group_with(&after) && (nb == 0 || na == 0) {
         eprintln!(
-            "forkprof: nothing to compare: {} has {nb} processes and {} has {na}, with no {} in common",
-            args.before.display(),
-            args.after.display(),
+            "forkprof: nothing to compare: BEFORE has {nb} processes and AFTER has {na}, with no {} in common",
             by.name()
         );
         return Ok(EXIT_BAD_RECORDING);
     }
     let mut diff = compare(&before, &after, by, args.noise);
-    diff.before = args.before.display().to_string();
-    diff.after = args.after.display().to_string();
-    if before_version != after_version {
+    let names = |ps: &[PathBuf]| ps.iter().map(|p| p.display().to_string()).collect();
+    diff.before = names(before_paths);
+    diff.after = names(after_paths);
+    let mut distinct: Vec<String> = versions
+        .iter()
+        .map(|v| v.as_deref().unwrap_or("?").to_string())
+        .collect();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.len() > 1 {
         diff.notes.push(format!(
-            "the recordings have different schema versions ({} and {}); both read fine",
-            before_version.as_deref().unwrap_or("?"),
-            after_version.as_deref().unwrap_or("?")
+            "the recordings have different schema versions ({}); all read fine",
+            distinct.join(" and ")
         ));
     }
     if let Some(path) = &args.flamegraph {
         let owner = InvokingUser::from_env()?;
         let mut f = create_private_file(path, owner.as_ref())?;
-        output::diff::write_svg(&before.report, &after.report, &mut f)?;
+        output::diff::write_svg(&before.reports, &after.reports, &mut f)?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

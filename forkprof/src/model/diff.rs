@@ -1,18 +1,23 @@
-//! `forkprof diff`: two reports compared group by group, with a 99% interval on each ratio of means.
+//! `forkprof diff`: two sides compared group by group, with a 99% interval on each ratio of
+//! means. A side is one recording, or several runs of the same thing.
 //!
-//! Spawn costs are skewed and noisy, so there is no t-test on means. The ratio after/before
-//! of the mean gets a percentile bootstrap (`RESAMPLES` resamples of each side, a seeded
-//! splitmix64, so the output is deterministic) while each side has at most `BOOTSTRAP_MAX`
-//! values; above that, a delta-method interval on the log of the ratio, which is accurate at
-//! that size and costs nothing. A change is significant only when the interval excludes 1
-//! and leaves the noise band (±`noise` around 1): a VM's speed alone drifts by a few %.
+//! Spawn costs are skewed and noisy, so there is no t-test on means. With one recording a
+//! side, the ratio after/before of the mean gets a percentile bootstrap over the processes
+//! (`RESAMPLES` resamples of each side, a seeded splitmix64, so the output is deterministic)
+//! while each side has at most `BOOTSTRAP_MAX` values; above that, a delta-method interval on
+//! the log of the ratio, which is accurate at that size and costs nothing. Such an interval
+//! covers the spread between processes, not the machine's drift between two runs (a VM's
+//! speed moves by a quarter within seconds). With several recordings a side, each recording's
+//! mean is one observation: a Welch t interval on the log of the ratio, from the spread
+//! between recordings, which contains both. A change is significant only when the interval
+//! excludes 1 and leaves the noise band (±`noise` around 1).
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use super::hints::Hint;
 use super::phases::{PHASES, Phase, Phases};
 use super::report::{Context, GroupBy, GroupRow, Report, ancestries, escape};
-use super::stats::Summary;
 use super::trace::{Shared, Trace};
 
 /// Largest side for the bootstrap; above it, the delta method.
@@ -26,18 +31,43 @@ const Z: f64 = 2.575_829_303_548_901;
 /// Fewer processes than this on a side: "too few processes".
 pub const MIN_PROCESSES: u64 = 5;
 
-/// Values of one quantity on one side: exact moments, and the values themselves while there
-/// are few enough to bootstrap.
+/// Student's t quantile for `LEVEL` (two-sided, 0.995) with 1 to 30 degrees of freedom.
+const T_995: [f64; 30] = [
+    63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012,
+    2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779,
+    2.771, 2.763, 2.756, 2.750,
+];
+
+/// The t quantile for `LEVEL` with `df` degrees of freedom (fractional, from Welch): the
+/// table up to 30, above it the Cornish-Fisher expansion around `Z` (within 0.05% at 30).
+fn t_quantile(df: f64) -> f64 {
+    if !df.is_finite() {
+        return Z;
+    }
+    let df = df.max(1.0);
+    if df <= 30.0 {
+        // Linear between the table's integer rows.
+        let lo = df.floor() as usize;
+        let frac = df - lo as f64;
+        let at = |d: usize| T_995[d.clamp(1, 30) - 1];
+        return at(lo) + frac * (at(lo + 1) - at(lo));
+    }
+    let (z3, z5) = (Z.powi(3), Z.powi(5));
+    Z + (z3 + Z) / (4.0 * df) + (5.0 * z5 + 16.0 * z3 + 3.0 * Z) / (96.0 * df * df)
+}
+
+/// Values of one quantity in one recording: exact moments, and the values themselves while
+/// there are few enough to bootstrap.
 #[derive(Clone, Debug, Default)]
-pub struct Sample {
+struct Part {
     n: u64,
     mean: f64,
     m2: f64,
     values: Vec<u64>,
 }
 
-impl Sample {
-    pub fn add(&mut self, v: u64) {
+impl Part {
+    fn add(&mut self, v: u64) {
         self.n += 1;
         let x = v as f64;
         let d = x - self.mean;
@@ -49,6 +79,22 @@ impl Sample {
             self.values = Vec::new();
         }
     }
+}
+
+/// Values of one quantity on one side: a part per recording that has any.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    parts: Vec<Part>,
+}
+
+impl Sample {
+    /// Adds a value to the last recording's part.
+    pub fn add(&mut self, v: u64) {
+        if self.parts.is_empty() {
+            self.parts.push(Part::default());
+        }
+        self.parts.last_mut().expect("a part").add(v);
+    }
 
     pub fn of(values: &[u64]) -> Self {
         let mut s = Self::default();
@@ -56,24 +102,76 @@ impl Sample {
         s
     }
 
+    /// One sample per recording: `parts[i]` holds recording i's values.
+    pub fn of_recordings(parts: &[&[u64]]) -> Self {
+        let mut s = Self::default();
+        for values in parts {
+            s.append(Self::of(values));
+        }
+        s
+    }
+
+    /// Appends another recording's values as their own parts.
+    pub fn append(&mut self, other: Sample) {
+        self.parts
+            .extend(other.parts.into_iter().filter(|p| p.n > 0));
+    }
+
     pub fn n(&self) -> u64 {
-        self.n
+        self.parts.iter().map(|p| p.n).sum()
     }
 
+    /// The mean over all values (the recordings pooled).
     pub fn mean(&self) -> f64 {
-        self.mean
+        let n = self.n();
+        if n == 0 {
+            return 0.0;
+        }
+        self.parts.iter().map(|p| p.mean * p.n as f64).sum::<f64>() / n as f64
     }
 
-    fn variance(&self) -> f64 {
-        if self.n < 2 {
-            0.0
+    /// Recordings with values.
+    pub fn recordings(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// The squared relative standard error of the mean, and its degrees of freedom: from the
+    /// spread between recordings' means when there are several, else between values.
+    fn relative_variance(&self) -> (f64, f64) {
+        let m = self.mean();
+        let k = self.parts.len();
+        if k >= 2 {
+            let means = self.parts.iter().map(|p| p.mean);
+            let mm = means.clone().sum::<f64>() / k as f64;
+            let between = means.map(|x| (x - mm) * (x - mm)).sum::<f64>() / (k - 1) as f64;
+            // Recordings that happen to agree closely still have their processes' spread:
+            // the variance a recording's mean would have from that alone is the floor, with
+            // its own degrees of freedom.
+            let n = self.n();
+            let within_df = n.saturating_sub(k as u64).max(1) as f64;
+            let within = self.parts.iter().map(|p| p.m2).sum::<f64>() / within_df;
+            let floor = within * k as f64 / n as f64;
+            if between >= floor {
+                (between / (k as f64 * m * m), (k - 1) as f64)
+            } else {
+                (floor / (k as f64 * m * m), within_df)
+            }
         } else {
-            self.m2 / (self.n - 1) as f64
+            let n = self.n();
+            let var = match self.parts.first() {
+                Some(p) if n >= 2 => p.m2 / (n - 1) as f64,
+                _ => 0.0,
+            };
+            (var / (n as f64 * m * m), n.saturating_sub(1) as f64)
         }
     }
 
     fn bootstrappable(&self) -> bool {
-        self.n as usize <= BOOTSTRAP_MAX
+        self.parts.len() == 1 && self.n() as usize <= BOOTSTRAP_MAX
+    }
+
+    fn values(&self) -> &[u64] {
+        self.parts.first().map_or(&[], |p| &p.values)
     }
 }
 
@@ -105,8 +203,12 @@ pub fn seed_of(name: &str) -> u64 {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IntervalMethod {
+    /// Percentile bootstrap over processes (one recording a side).
     Bootstrap,
+    /// Delta method over processes (one large recording a side).
     Delta,
+    /// Welch t over the recordings' means (several recordings on a side).
+    Recordings,
 }
 
 /// The ratio after/before of the means, and its interval.
@@ -140,26 +242,39 @@ pub fn bootstrap(before: &[u64], after: &[u64], seed: u64) -> (f64, f64) {
     (ratios[lo], ratios[hi.min(RESAMPLES - 1)])
 }
 
-/// Delta-method interval at `LEVEL` on log(mean(after)/mean(before)).
+/// Interval at `LEVEL` on log(mean(after)/mean(before)) from each side's relative standard
+/// error: normal for one large recording a side, Welch's t where a side has several.
 pub fn delta(before: &Sample, after: &Sample) -> (f64, f64) {
     let (mb, ma) = (before.mean(), after.mean());
-    let ratio = ma / mb;
-    if ma <= 0.0 {
+    if ma <= 0.0 || mb <= 0.0 {
         return (0.0, 0.0);
     }
-    let rel = |s: &Sample, m: f64| s.variance() / (s.n as f64 * m * m);
-    let se = (rel(before, mb) + rel(after, ma)).sqrt();
-    (ratio * (-Z * se).exp(), ratio * (Z * se).exp())
+    let ratio = ma / mb;
+    let (vb, db) = before.relative_variance();
+    let (va, da) = after.relative_variance();
+    let se2 = vb + va;
+    // Welch-Satterthwaite; a side without spread adds nothing.
+    let part = |v: f64, d: f64| if v > 0.0 && d > 0.0 { v * v / d } else { 0.0 };
+    let denom = part(vb, db) + part(va, da);
+    let q = if denom > 0.0 {
+        t_quantile(se2 * se2 / denom)
+    } else {
+        Z
+    };
+    let half = q * se2.sqrt();
+    (ratio * (-half).exp(), ratio * half.exp())
 }
 
 /// The ratio of means and its interval; None when before's mean is 0 or a side has < 2 values.
 pub fn ratio_interval(before: &Sample, after: &Sample, seed: u64) -> Option<Interval> {
-    if before.n < 2 || after.n < 2 || before.mean() <= 0.0 {
+    if before.n() < 2 || after.n() < 2 || before.mean() <= 0.0 {
         return None;
     }
     let ratio = after.mean() / before.mean();
-    let ((lo, hi), method) = if before.bootstrappable() && after.bootstrappable() {
-        let ci = bootstrap(&before.values, &after.values, seed);
+    let ((lo, hi), method) = if before.recordings() > 1 || after.recordings() > 1 {
+        (delta(before, after), IntervalMethod::Recordings)
+    } else if before.bootstrappable() && after.bootstrappable() {
+        let ci = bootstrap(before.values(), after.values(), seed);
         (ci, IntervalMethod::Bootstrap)
     } else {
         (delta(before, after), IntervalMethod::Delta)
@@ -211,7 +326,7 @@ pub fn judge(
         (Some(b), Some(a)) => (b, a),
     };
     let ci = ratio_interval(b, a, seed);
-    if b.n < MIN_PROCESSES || a.n < MIN_PROCESSES {
+    if b.n() < MIN_PROCESSES || a.n() < MIN_PROCESSES {
         return (Status::TooFew, ci);
     }
     let status = match ci {
@@ -225,17 +340,50 @@ pub fn judge(
     (status, ci)
 }
 
-/// One recording, reported and sampled: spawn cost per group and every phase for the run.
+/// Count and total of one quantity (ns), summed over a side's recordings.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    count: u64,
+    total: u64,
+}
+
+impl Tally {
+    fn mean(&self) -> u64 {
+        self.total.checked_div(self.count).unwrap_or(0)
+    }
+}
+
+/// One group on one side, summed over the side's recordings, as its report rows say.
+#[derive(Clone, Debug, Default)]
+struct GroupTally {
+    processes: u64,
+    /// Indexed by `Phase as usize`; None where no recording measured the phase.
+    phases: Vec<Option<Tally>>,
+}
+
+fn add_tally(into: &mut Option<Tally>, count: u64, total: u64) {
+    let t = into.get_or_insert_with(Tally::default);
+    t.count += count;
+    t.total += total;
+}
+
+/// One side of a diff: one or more recordings, reported and sampled. Spawn cost per group
+/// and every phase, with a part per recording.
 pub struct Side {
-    pub report: Report,
+    /// One per recording.
+    pub reports: Vec<Report>,
     /// Group key -> spawn_cost of each of its processes.
-    pub groups: HashMap<String, Sample>,
+    groups: HashMap<String, Sample>,
+    /// Group key -> its rows' counts and phase totals (groups with processes only).
+    tallies: BTreeMap<String, GroupTally>,
     /// Per phase (indexed by `Phase as usize`): its value in each process.
-    pub phases: Vec<Sample>,
+    phases: Vec<Sample>,
+    /// Per phase: the reports' counts and totals.
+    phase_tallies: Vec<Option<Tally>>,
 }
 
 impl Side {
-    /// `ctx.groupings` must contain `by`.
+    /// One recording. `ctx.groupings` must contain `by`.
     pub fn build(trace: &Trace, ctx: &Context<'_>, by: GroupBy) -> Self {
         let report = Report::build(trace, ctx);
         let order = trace.by_start();
@@ -275,24 +423,103 @@ impl Side {
             }
         }
         let groups = groups.into_iter().map(|(k, v)| (escape(&k), v)).collect();
-        Self {
-            report,
-            groups,
-            phases,
-        }
-    }
-
-    fn rows(&self, by: GroupBy) -> BTreeMap<&str, &GroupRow> {
-        self.report
+        let tallies = report
             .group(by)
             .iter()
             .filter(|r| r.processes > 0)
-            .map(|r| (r.binary.as_str(), r))
-            .collect()
+            .map(|r| {
+                let mut t = GroupTally {
+                    processes: r.processes,
+                    phases: vec![None; PHASES.len()],
+                };
+                for phase in PHASES {
+                    if let Some(s) = r.phases.get(phase) {
+                        add_tally(&mut t.phases[phase as usize], s.count, s.total);
+                    }
+                }
+                (r.binary.clone(), t)
+            })
+            .collect();
+        let mut phase_tallies = vec![None; PHASES.len()];
+        for phase in PHASES {
+            if let Some(s) = report.phases.get(phase) {
+                add_tally(&mut phase_tallies[phase as usize], s.count, s.total);
+            }
+        }
+        Self {
+            reports: vec![report],
+            groups,
+            tallies,
+            phases,
+            phase_tallies,
+        }
+    }
+
+    /// Several recordings of one side as one: their values kept apart per recording.
+    pub fn merge(sides: Vec<Side>) -> Self {
+        let mut it = sides.into_iter();
+        let mut side = it.next().expect("a side has a recording");
+        for other in it {
+            side.reports.extend(other.reports);
+            for (k, s) in other.groups {
+                side.groups.entry(k).or_default().append(s);
+            }
+            for (k, t) in other.tallies {
+                let into = side.tallies.entry(k).or_insert_with(|| GroupTally {
+                    processes: 0,
+                    phases: vec![None; PHASES.len()],
+                });
+                into.processes += t.processes;
+                for (i, p) in t.phases.into_iter().enumerate() {
+                    if let Some(p) = p {
+                        add_tally(&mut into.phases[i], p.count, p.total);
+                    }
+                }
+            }
+            for (i, s) in other.phases.into_iter().enumerate() {
+                side.phases[i].append(s);
+            }
+            for (i, p) in other.phase_tallies.into_iter().enumerate() {
+                if let Some(p) = p {
+                    add_tally(&mut side.phase_tallies[i], p.count, p.total);
+                }
+            }
+        }
+        side
+    }
+
+    /// Recordings on this side.
+    pub fn recordings(&self) -> u64 {
+        self.reports.len() as u64
+    }
+
+    /// Processes in all its recordings.
+    pub fn processes(&self) -> u64 {
+        self.reports.iter().map(|r| r.summary.processes).sum()
+    }
+
+    /// Whether a group of this side is also on `other`.
+    pub fn shares_a_group_with(&self, other: &Side) -> bool {
+        self.groups.keys().any(|k| other.groups.contains_key(k))
+    }
+
+    /// Each recording's hints, once each (by rule and group), in order of first appearance.
+    fn hints(&self) -> Vec<&Hint> {
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for h in self.reports.iter().flat_map(|r| &r.hints) {
+            let key = (h.rule, hint_group(&h.text));
+            if !seen.contains(&key) {
+                seen.push(key);
+                out.push(h);
+            }
+        }
+        out
     }
 }
 
-/// Count, mean and total of a quantity on one side.
+/// Count, mean and total of a quantity on one side. With several recordings a side, the
+/// count and total are per recording (their average) and the mean is over all of them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Stats {
     pub processes: u64,
@@ -300,11 +527,12 @@ pub struct Stats {
     pub total_ns: u64,
 }
 
-fn stats(processes: u64, s: Option<&Summary>) -> Stats {
+fn stats(processes: u64, t: Option<Tally>, recordings: u64) -> Stats {
+    let per = |v: u64| (v + recordings / 2) / recordings.max(1);
     Stats {
-        processes,
-        mean_ns: s.map_or(0, |s| s.mean),
-        total_ns: s.map_or(0, |s| s.total),
+        processes: per(processes),
+        mean_ns: t.map_or(0, |t| t.mean()),
+        total_ns: t.map_or(0, |t| per(t.total)),
     }
 }
 
@@ -367,8 +595,10 @@ pub struct HintCheck {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Diff {
-    pub before: String,
-    pub after: String,
+    /// BEFORE's recordings.
+    pub before: Vec<String>,
+    /// AFTER's recordings.
+    pub after: Vec<String>,
     pub by: &'static str,
     /// The noise band, in % either side of 1.
     pub noise: f64,
@@ -381,10 +611,12 @@ pub struct Diff {
 /// The part of spawn_cost whose mean moved most (ns, after - before). A part is refined to
 /// its sub-phase (fork: pagetable_copy; exec: exec_prepare, exec_load) when that sub-phase
 /// moved the same way by at least half as much.
-fn moved(b: Option<&GroupRow>, a: Option<&GroupRow>) -> Option<(&'static str, i64)> {
+fn moved(b: Option<&GroupTally>, a: Option<&GroupTally>) -> Option<(&'static str, i64)> {
     let change = |p: Phase| {
-        let mean =
-            |r: Option<&GroupRow>| r.and_then(|r| r.phases.get(p)).map_or(0, |s| s.mean as i64);
+        let mean = |r: Option<&GroupTally>| {
+            r.and_then(|r| r.phases[p as usize])
+                .map_or(0, |t| t.mean() as i64)
+        };
         mean(a) - mean(b)
     };
     let (part, d) = Phase::SPAWN_COST_PARTS
@@ -413,27 +645,33 @@ fn interval_fields(ci: Option<Interval>) -> (Option<f64>, Option<[f64; 2]>) {
     )
 }
 
-fn group_rows(before: &Side, after: &Side, by: GroupBy, noise: f64) -> Vec<Row> {
-    let (rb, ra) = (before.rows(by), after.rows(by));
-    let mut keys: Vec<&str> = rb.keys().chain(ra.keys()).copied().collect();
+fn group_rows(before: &Side, after: &Side, noise: f64) -> Vec<Row> {
+    let (tb, ta) = (&before.tallies, &after.tallies);
+    let mut keys: Vec<&str> = tb.keys().chain(ta.keys()).map(String::as_str).collect();
     keys.sort_unstable();
     keys.dedup();
     let empty = Sample::default();
     let mut rows: Vec<Row> = keys
         .into_iter()
         .map(|k| {
-            let (b, a) = (rb.get(k).copied(), ra.get(k).copied());
+            let (b, a) = (tb.get(k), ta.get(k));
             let sb = b.map(|_| before.groups.get(k).unwrap_or(&empty));
             let sa = a.map(|_| after.groups.get(k).unwrap_or(&empty));
             let (status, ci) = judge(sb, sa, noise, seed_of(k));
             let (ratio, ci_pair) = interval_fields(ci);
-            let spawn = |r: &GroupRow| stats(r.processes, r.phases.get(Phase::SpawnCost));
+            let spawn = |t: &GroupTally, side: &Side| {
+                stats(
+                    t.processes,
+                    t.phases[Phase::SpawnCost as usize],
+                    side.recordings(),
+                )
+            };
             let mv = moved(b, a);
             Row {
                 group: k.to_string(),
                 status,
-                before: b.map(spawn),
-                after: a.map(spawn),
+                before: b.map(|t| spawn(t, before)),
+                after: a.map(|t| spawn(t, after)),
                 ratio,
                 ci: ci_pair,
                 interval_method: ci.map(|i| i.method),
@@ -455,23 +693,20 @@ fn phase_rows(before: &Side, after: &Side, noise: f64) -> Vec<PhaseRow> {
     PHASES
         .iter()
         .filter_map(|&phase| {
-            let (sb, sa) = (
-                before.report.phases.get(phase),
-                after.report.phases.get(phase),
-            );
-            if sb.is_none() && sa.is_none() {
+            let i = phase as usize;
+            let (tb, ta) = (before.phase_tallies[i], after.phase_tallies[i]);
+            if tb.is_none() && ta.is_none() {
                 return None;
             }
-            let i = phase as usize;
-            let xb = sb.map(|_| &before.phases[i]).filter(|x| x.n > 0);
-            let xa = sa.map(|_| &after.phases[i]).filter(|x| x.n > 0);
+            let xb = tb.map(|_| &before.phases[i]).filter(|x| x.n() > 0);
+            let xa = ta.map(|_| &after.phases[i]).filter(|x| x.n() > 0);
             let (status, ci) = judge(xb, xa, noise, seed_of(phase.name()));
             let (ratio, ci) = interval_fields(ci);
             Some(PhaseRow {
                 phase,
                 status,
-                before: sb.map(|s| stats(s.count, Some(s))),
-                after: sa.map(|s| stats(s.count, Some(s))),
+                before: tb.map(|t| stats(t.count, Some(t), before.recordings())),
+                after: ta.map(|t| stats(t.count, Some(t), after.recordings())),
                 ratio,
                 ci,
             })
@@ -490,33 +725,37 @@ fn hint_group(text: &str) -> Option<String> {
     Some(text[start..start + len].to_string())
 }
 
-/// Total spawn_cost of the rows (of the grouping the hint's rule looks at) named `group`.
+/// Total spawn_cost of the rows (of the grouping the hint's rule looks at) named `group`,
+/// per recording of the side.
 fn hint_cost(side: &Side, rule: &str, group: Option<&str>) -> u64 {
     let total = |r: &GroupRow| r.phases.get(Phase::SpawnCost).map_or(0, |s| s.total);
     let by = match rule {
-        "dynamic_linking" => GroupBy::Binary,
-        "pagetable_copy" | "path_search" => GroupBy::Parent,
-        _ => {
-            return side
-                .report
-                .phases
-                .get(Phase::SpawnCost)
-                .map_or(0, |s| s.total);
-        }
+        "dynamic_linking" => Some(GroupBy::Binary),
+        "pagetable_copy" | "path_search" => Some(GroupBy::Parent),
+        _ => None,
     };
-    side.report
-        .group(by)
+    let sum: u64 = side
+        .reports
         .iter()
-        .filter(|r| group.is_none_or(|g| base(&r.binary) == g))
-        .map(total)
-        .sum()
+        .map(|report| match by {
+            None => report.phases.get(Phase::SpawnCost).map_or(0, |s| s.total),
+            Some(by) => report
+                .group(by)
+                .iter()
+                .filter(|r| group.is_none_or(|g| base(&r.binary) == g))
+                .map(total)
+                .sum(),
+        })
+        .sum();
+    sum / side.recordings().max(1)
 }
 
 fn hint_checks(before: &Side, after: &Side) -> Vec<HintCheck> {
-    let key = |h: &super::hints::Hint| (h.rule, hint_group(&h.text));
-    let in_after: Vec<_> = after.report.hints.iter().map(key).collect();
-    let in_before: Vec<_> = before.report.hints.iter().map(key).collect();
-    let check = |h: &super::hints::Hint, status: &'static str| {
+    let key = |h: &Hint| (h.rule, hint_group(&h.text));
+    let (hb, ha) = (before.hints(), after.hints());
+    let in_after: Vec<_> = ha.iter().map(|h| key(h)).collect();
+    let in_before: Vec<_> = hb.iter().map(|h| key(h)).collect();
+    let check = |h: &Hint, status: &'static str| {
         let group = hint_group(&h.text);
         let saved = hint_cost(before, h.rule, group.as_deref()) as i64
             - hint_cost(after, h.rule, group.as_deref()) as i64;
@@ -528,9 +767,7 @@ fn hint_checks(before: &Side, after: &Side) -> Vec<HintCheck> {
             saved_ns: Some(saved),
         }
     };
-    let mut out: Vec<HintCheck> = before
-        .report
-        .hints
+    let mut out: Vec<HintCheck> = hb
         .iter()
         .map(|h| {
             let still = in_after.contains(&key(h));
@@ -538,26 +775,45 @@ fn hint_checks(before: &Side, after: &Side) -> Vec<HintCheck> {
         })
         .collect();
     out.extend(
-        after
-            .report
-            .hints
-            .iter()
+        ha.iter()
             .filter(|h| !in_before.contains(&key(h)))
             .map(|h| check(h, "new")),
     );
     out
 }
 
-/// Compares two sides grouped `by`; `noise_pct` is the band in % (10 for ±10%).
+/// What a reader should know about how the sides were measured.
+fn notes(before: &Side, after: &Side) -> Vec<String> {
+    if before.recordings() == 1 && after.recordings() == 1 {
+        vec![
+            "one recording a side: the intervals cover the spread between processes, not the \
+             machine's drift between the two runs (a VM's speed can move by a quarter within \
+             seconds). For a verdict that does, record each side 3 or more times, alternating, \
+             and compare them all: forkprof diff before-*.db -- after-*.db"
+                .to_string(),
+        ]
+    } else {
+        let n = |k: u64| format!("{k} recording{}", if k == 1 { "" } else { "s" });
+        vec![format!(
+            "{} before and {} after: each interval comes from the spread between the \
+             recordings' means; counts and totals are per recording",
+            n(before.recordings()),
+            after.recordings()
+        )]
+    }
+}
+
+/// Compares two sides grouped `by` (the grouping they were built with); `noise_pct` is the
+/// band in % (10 for ±10%).
 pub fn compare(before: &Side, after: &Side, by: GroupBy, noise_pct: f64) -> Diff {
     let noise = noise_pct / 100.0;
     Diff {
-        before: String::new(),
-        after: String::new(),
+        before: Vec::new(),
+        after: Vec::new(),
         by: by.name(),
         noise: noise_pct,
-        notes: Vec::new(),
-        rows: group_rows(before, after, by, noise),
+        notes: notes(before, after),
+        rows: group_rows(before, after, noise),
         phases: phase_rows(before, after, noise),
         hints: hint_checks(before, after),
     }
@@ -639,6 +895,77 @@ mod tests {
         a.add(103_001);
         assert_eq!(judge(Some(&b), Some(&a), 0.10, 1).0, Status::NoChange);
         assert_eq!(judge(Some(&b), Some(&a), 0.01, 1).0, Status::Changed);
+    }
+
+    /// `k` recordings of ~`n` processes each, recording i at `scale * speeds[i]`.
+    fn drifting(speeds: &[f64], scale: f64, seed: u64) -> Sample {
+        let mut s = Sample::default();
+        for (i, speed) in speeds.iter().enumerate() {
+            s.append(Sample::of(&lognormal(
+                200,
+                scale * speed,
+                0.5,
+                seed + i as u64,
+            )));
+        }
+        s
+    }
+
+    #[test]
+    fn drift_between_recordings_is_no_change_with_several_a_side() {
+        // The same workload on a machine whose speed moved by a quarter between runs.
+        let b = drifting(&[1.0, 1.25, 1.0], 100_000.0, 100);
+        let a = drifting(&[1.25, 1.0, 1.3], 100_000.0, 200);
+        assert_eq!(b.recordings(), 3);
+        let (status, ci) = judge(Some(&b), Some(&a), 0.10, 1);
+        let ci = ci.unwrap();
+        assert_eq!(ci.method, IntervalMethod::Recordings);
+        assert_eq!(status, Status::NoChange, "{ci:?}");
+        // One recording a side, pooled, the same values are called a change: the drift is
+        // not in a process-level interval.
+        let pool = |s: &Sample| {
+            let v: Vec<u64> = s.parts.iter().flat_map(|p| p.values.clone()).collect();
+            Sample::of(&v)
+        };
+        let (b1, a1) = (pool(&b), pool(&a));
+        assert_eq!(b1.recordings(), 1);
+        assert_eq!(judge(Some(&b1), Some(&a1), 0.10, 1).0, Status::Changed);
+    }
+
+    #[test]
+    fn a_doubling_through_the_drift_is_still_a_change() {
+        let b = drifting(&[1.0, 1.25, 1.1], 100_000.0, 300);
+        let a = drifting(&[1.2, 1.0, 1.15], 200_000.0, 400);
+        let (status, ci) = judge(Some(&b), Some(&a), 0.10, 1);
+        assert_eq!(status, Status::Changed, "{ci:?}");
+        let ci = ci.unwrap();
+        // Three runs a side with a ±12% drift: Welch's t on about 4 degrees of freedom is
+        // wide, but a doubling clears the band.
+        assert!(
+            ci.lo > 1.1 && ci.lo < 2.0 && ci.hi > 2.0 && ci.hi < 4.0,
+            "{ci:?}"
+        );
+    }
+
+    #[test]
+    fn identical_recordings_keep_their_processes_spread() {
+        let v = lognormal(200, 100_000.0, 0.5, 9);
+        let b = Sample::of_recordings(&[&v, &v]);
+        let a = Sample::of_recordings(&[&v, &v]);
+        let ci = ratio_interval(&b, &a, 0).unwrap();
+        assert!(ci.lo < 0.99 && ci.hi > 1.01, "{ci:?}");
+    }
+
+    #[test]
+    fn t_quantiles() {
+        assert!((t_quantile(1.0) - 63.657).abs() < 1e-9);
+        assert!((t_quantile(2.5) - (9.925 + 5.841) / 2.0).abs() < 1e-9);
+        assert!((t_quantile(30.0) - 2.750).abs() < 1e-9);
+        // The expansion continues the table smoothly, and tends to the normal quantile.
+        assert!((t_quantile(30.001) - 2.750).abs() < 0.002);
+        assert!((t_quantile(120.0) - 2.617).abs() < 0.001);
+        assert!((t_quantile(1e12) - Z).abs() < 1e-9);
+        assert_eq!(t_quantile(f64::INFINITY), Z);
     }
 
     #[test]

@@ -47,7 +47,16 @@ fn ratio(r: Option<f64>, ci: Option<[f64; 2]>) -> String {
 }
 
 pub fn write_table(diff: &Diff, top: usize, out: &mut dyn Write) -> Result<()> {
-    writeln!(out, "\nforkprof diff: {} → {}", diff.before, diff.after)?;
+    let side = |paths: &[String]| match paths {
+        [one] => one.clone(),
+        many => format!("{} recordings ({})", many.len(), many.join(" ")),
+    };
+    writeln!(
+        out,
+        "\nforkprof diff: {} → {}",
+        side(&diff.before),
+        side(&diff.after)
+    )?;
     writeln!(
         out,
         "  by {}; ratio = mean spawn cost after / before, [{:.0}% interval]; within ±{}% is noise",
@@ -180,19 +189,25 @@ pub fn write_csv(diff: &Diff, out: &mut dyn Write) -> Result<()> {
 
 /// A differential flame graph of spawn cost by ancestry: widths are AFTER's cost, red where
 /// it grew, blue where it shrank (inferno's differential mode).
-pub fn write_svg(before: &Report, after: &Report, out: &mut dyn Write) -> Result<()> {
-    let text = |r: &Report| super::flamegraph::folded_lines(r).join("\n");
+pub fn write_svg(before: &[Report], after: &[Report], out: &mut dyn Write) -> Result<()> {
+    // Several recordings a side: their stacks add up (inferno sums repeated stacks), and
+    // when the sides have different numbers of recordings, BEFORE is scaled to AFTER's total.
+    let text = |rs: &[Report]| {
+        rs.iter()
+            .flat_map(super::flamegraph::folded_lines)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let (b, a) = (text(before), text(after));
     if b.is_empty() && a.is_empty() {
         anyhow::bail!("nothing to draw: no process in either recording has a spawn cost");
     }
+    let options = inferno::differential::Options {
+        normalize: before.len() != after.len(),
+        ..Default::default()
+    };
     let mut folded = Vec::new();
-    inferno::differential::from_readers(
-        inferno::differential::Options::default(),
-        b.as_bytes(),
-        a.as_bytes(),
-        &mut folded,
-    )?;
+    inferno::differential::from_readers(options, b.as_bytes(), a.as_bytes(), &mut folded)?;
     let folded = String::from_utf8(folded)?;
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = "forkprof diff: spawn cost by process ancestry".into();

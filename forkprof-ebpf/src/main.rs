@@ -1,6 +1,8 @@
 //! forkprof's kernel programs. Each hook is a thin `#[raw_tracepoint]` entry that calls into the
 //! probe module for its subsystem. Hot hooks (every syscall, mmap lock, page fault) read the
-//! `ACTIVE` window counters first and return when nothing is in flight.
+//! `ACTIVE` window counters first and return when nothing is in flight. With
+//! `FORKPROF_BENCH_EMPTY=1` (benchmarks only) every program returns at entry, so the same
+//! hooks fire and cost only their dispatch: the floor that forkprof's own work sits on.
 #![no_std]
 #![no_main]
 #![allow(internal_features)]
@@ -16,18 +18,27 @@ use aya_ebpf::{
 
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn forkprof_sys_enter(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::syscalls::on_enter(&ctx);
     0
 }
 
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn forkprof_sys_exit(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::syscalls::on_exit(&ctx);
     0
 }
 
 #[raw_tracepoint(tracepoint = "task_newtask")]
 pub fn forkprof_task_newtask(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::fork::on_newtask(&ctx);
     0
 }
@@ -38,6 +49,9 @@ pub fn forkprof_task_newtask(ctx: RawTracePointContext) -> i32 {
 /// mmap_lock_acquire_returned(mm, write, success)
 #[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
 pub fn forkprof_mmap_lock_acquired(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_lock_acquired(&ctx, 1, 2);
     0
 }
@@ -45,6 +59,9 @@ pub fn forkprof_mmap_lock_acquired(ctx: RawTracePointContext) -> i32 {
 /// mmap_lock_acquire_returned(mm, memcg_path, write, success)
 #[raw_tracepoint(tracepoint = "mmap_lock_acquire_returned")]
 pub fn forkprof_mmap_lock_acquired_memcg(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_lock_acquired(&ctx, 2, 3);
     0
 }
@@ -52,6 +69,9 @@ pub fn forkprof_mmap_lock_acquired_memcg(ctx: RawTracePointContext) -> i32 {
 /// mmap_lock_released(mm, write)
 #[raw_tracepoint(tracepoint = "mmap_lock_released")]
 pub fn forkprof_mmap_lock_released(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_lock_released(&ctx, 1);
     0
 }
@@ -59,66 +79,99 @@ pub fn forkprof_mmap_lock_released(ctx: RawTracePointContext) -> i32 {
 /// mmap_lock_released(mm, memcg_path, write)
 #[raw_tracepoint(tracepoint = "mmap_lock_released")]
 pub fn forkprof_mmap_lock_released_memcg(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_lock_released(&ctx, 2);
     0
 }
 
 #[fentry(function = "dup_mmap")]
 pub fn forkprof_dup_mmap_fentry(_ctx: FEntryContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_dup_mmap_entry();
     0
 }
 
 #[fexit(function = "dup_mmap")]
 pub fn forkprof_dup_mmap_fexit(_ctx: FExitContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_dup_mmap_return();
     0
 }
 
 #[kprobe]
 pub fn forkprof_dup_mmap_kprobe(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_dup_mmap_entry();
     0
 }
 
 #[kretprobe]
 pub fn forkprof_dup_mmap_kretprobe(_ctx: RetProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_dup_mmap_return();
     0
 }
 
 #[fentry(function = "do_wp_page")]
 pub fn forkprof_wp_fault_fentry(_ctx: FEntryContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_wp_fault_entry();
     0
 }
 
 #[fexit(function = "do_wp_page")]
 pub fn forkprof_wp_fault_fexit(_ctx: FExitContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_wp_fault_return();
     0
 }
 
 #[kprobe]
 pub fn forkprof_wp_fault_kprobe(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_wp_fault_entry();
     0
 }
 
 #[kretprobe]
 pub fn forkprof_wp_fault_kretprobe(_ctx: RetProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_wp_fault_return();
     0
 }
 
 #[raw_tracepoint(tracepoint = "page_fault_user")]
 pub fn forkprof_page_fault_user(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::mm::on_page_fault(&ctx);
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_prepare_exec")]
 pub fn forkprof_sched_prepare_exec(_ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exec::on_prepare_exec();
     0
 }
@@ -126,30 +179,45 @@ pub fn forkprof_sched_prepare_exec(_ctx: RawTracePointContext) -> i32 {
 // Before 6.10 there is no sched_prepare_exec: the entry of begin_new_exec is the same point.
 #[fentry(function = "begin_new_exec")]
 pub fn forkprof_begin_new_exec_fentry(_ctx: FEntryContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exec::on_prepare_exec();
     0
 }
 
 #[kprobe]
 pub fn forkprof_begin_new_exec_kprobe(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exec::on_prepare_exec();
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn forkprof_sched_process_exec(_ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exec::on_process_exec();
     0
 }
 
 #[raw_tracepoint(tracepoint = "writeback_dirty_inode_start")]
 pub fn forkprof_dirty_inode_start(_ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::atime::on_dirty_start();
     0
 }
 
 #[raw_tracepoint(tracepoint = "writeback_dirty_inode")]
 pub fn forkprof_dirty_inode(_ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::atime::on_dirty_end();
     0
 }
@@ -157,6 +225,9 @@ pub fn forkprof_dirty_inode(_ctx: RawTracePointContext) -> i32 {
 /// sched_process_exit(task, group_dead): 6.16+, before exit_mm.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exit::on_exit_group_dead(&ctx);
     0
 }
@@ -164,30 +235,45 @@ pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
 /// sched_process_exit(task): older kernels, after exit_mm.
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn forkprof_sched_process_exit_task(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exit::on_exit_task_only(&ctx);
     0
 }
 
 #[raw_tracepoint(tracepoint = "signal_generate")]
 pub fn forkprof_signal_generate(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exit::on_signal(&ctx);
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_free")]
 pub fn forkprof_sched_process_free(ctx: RawTracePointContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::exit::on_free(&ctx);
     0
 }
 
 #[uprobe]
 pub fn forkprof_ld_debug_state(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::dynlink::on_debug_state();
     0
 }
 
 #[uprobe]
 pub fn forkprof_libc_start_main(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
     probes::dynlink::on_libc_start_main();
     0
 }

@@ -51,6 +51,17 @@ static TRACE_ALL: u32 = 0;
 #[unsafe(no_mangle)]
 static PRECISE_LD: u32 = 0;
 
+/// 1: every program returns at entry (`FORKPROF_BENCH_EMPTY=1`, for benchmarks only). A
+/// read-only global, so the verifier drops whichever branch does not apply.
+#[unsafe(no_mangle)]
+static BENCH_EMPTY: u32 = 0;
+
+#[inline(always)]
+pub fn bench_empty() -> bool {
+    // SAFETY: as in `trace_all`.
+    unsafe { core::ptr::read_volatile(&BENCH_EMPTY) != 0 }
+}
+
 /// Field offsets and hook choices for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: KernelLayout = KernelLayout {

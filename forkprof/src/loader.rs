@@ -88,6 +88,8 @@ pub struct Source {
 /// What one group of hooks is for.
 pub struct Job {
     pub name: &'static str,
+    /// Its hook family, as `FORKPROF_BENCH_ONLY` names it (see `FAMILIES`).
+    pub family: &'static str,
     pub required: bool,
     pub feeds: &'static [Phase],
     /// Best first.
@@ -107,6 +109,7 @@ use Param::{Bool, Int, Ptr};
 pub const JOBS: &[Job] = &[
     Job {
         name: "syscalls",
+        family: "syscalls",
         required: true,
         feeds: &[
             Phase::Fork,
@@ -132,6 +135,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "newtask",
+        family: "sched",
         required: true,
         feeds: &[Phase::Fork, Phase::VforkWait],
         sources: &[one(&[hook(
@@ -141,6 +145,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "exit",
+        family: "exit",
         required: true,
         feeds: &[Phase::ExitTeardown],
         sources: &[
@@ -162,6 +167,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "exit_notify",
+        family: "exit",
         required: false,
         feeds: &[Phase::ExitTeardown],
         sources: &[one(&[hook(
@@ -171,6 +177,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "free",
+        family: "exit",
         required: true,
         feeds: &[],
         sources: &[one(&[hook(
@@ -180,6 +187,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "exec_point_of_no_return",
+        family: "sched",
         required: false,
         feeds: &[Phase::ExecPrepare, Phase::ExecLoad],
         sources: &[
@@ -199,6 +207,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "exec_done",
+        family: "sched",
         required: false,
         feeds: &[Phase::ExecLoad],
         sources: &[one(&[hook(
@@ -208,6 +217,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "dup_mmap",
+        family: "mmap",
         required: false,
         feeds: &[Phase::PagetableCopy],
         sources: &[
@@ -243,6 +253,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "page_faults",
+        family: "faults",
         required: false,
         feeds: &[Phase::CowFaults],
         sources: &[one(&[hook(
@@ -252,6 +263,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "wp_faults",
+        family: "faults",
         required: false,
         feeds: &[Phase::CowFaultTime],
         sources: &[
@@ -270,6 +282,7 @@ pub const JOBS: &[Job] = &[
     },
     Job {
         name: "dirty_inode",
+        family: "atime",
         required: false,
         feeds: &[Phase::Atime],
         sources: &[one(&[
@@ -422,6 +435,79 @@ pub struct LoadOptions {
     pub try_all: bool,
 }
 
+/// The hook families `FORKPROF_BENCH_ONLY` can name.
+pub const FAMILIES: &[&str] = &["syscalls", "sched", "exit", "mmap", "faults", "atime"];
+
+/// Switches for measuring forkprof's overhead, from the environment. For benchmarks only:
+/// either one makes forkprof's numbers wrong or missing, and it says so on stderr.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BenchSwitches {
+    /// `FORKPROF_BENCH_EMPTY=1`: the same hooks attach, and every program returns at entry.
+    pub empty: bool,
+    /// `FORKPROF_BENCH_ONLY=FAMILY,...`: attach only the jobs of these families.
+    pub only: Option<Vec<String>>,
+}
+
+impl BenchSwitches {
+    pub fn parse(empty: Option<&str>, only: Option<&str>) -> Result<Self> {
+        let empty = match empty {
+            None | Some("" | "0") => false,
+            Some("1") => true,
+            Some(v) => bail!("FORKPROF_BENCH_EMPTY must be 0 or 1, not {v:?}"),
+        };
+        let only = match only {
+            None => None,
+            Some(list) => {
+                let names: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|f| !f.is_empty())
+                    .map(String::from)
+                    .collect();
+                if let Some(bad) = names.iter().find(|f| !FAMILIES.contains(&f.as_str())) {
+                    bail!(
+                        "FORKPROF_BENCH_ONLY: no hook family {bad:?} (families: {})",
+                        FAMILIES.join(", ")
+                    );
+                }
+                Some(names)
+            }
+        };
+        Ok(Self { empty, only })
+    }
+
+    pub fn from_env() -> Result<Self> {
+        let var = |k: &str| std::env::var(k).ok();
+        Self::parse(
+            var("FORKPROF_BENCH_EMPTY").as_deref(),
+            var("FORKPROF_BENCH_ONLY").as_deref(),
+        )
+    }
+
+    fn wants(&self, job: &Job) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|f| f == job.family))
+    }
+
+    /// The line forkprof prints when a switch is on.
+    pub fn warning(&self) -> Option<String> {
+        let mut on = Vec::new();
+        if self.empty {
+            on.push("FORKPROF_BENCH_EMPTY=1 (every program returns at entry)".to_string());
+        }
+        if let Some(only) = &self.only {
+            on.push(format!("FORKPROF_BENCH_ONLY={}", only.join(",")));
+        }
+        (!on.is_empty()).then(|| {
+            format!(
+                "forkprof: benchmark switches on: {}; the numbers below are not measurements",
+                on.join(", ")
+            )
+        })
+    }
+}
+
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
@@ -432,8 +518,13 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let data = btf::read_kernel_btf()?;
     let kernel = btf::inspect(&data, &raw_tracepoints())?;
+    let bench = BenchSwitches::from_env()?;
+    if let Some(line) = bench.warning() {
+        eprintln!("{line}");
+    }
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
+    let bench_empty = u32::from(bench.empty);
     let object: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/forkprof"));
     if object.is_empty() {
         bail!("this forkprof was built without its eBPF programs (AYA_BUILD_SKIP)");
@@ -441,6 +532,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let mut ebpf = EbpfLoader::new()
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("PRECISE_LD", &precise_ld, true)
+        .override_global("BENCH_EMPTY", &bench_empty, true)
         .override_global("KERNEL_LAYOUT", &kernel.layout, true)
         .load(object)
         .context("loading the eBPF object")?;
@@ -453,6 +545,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             used: None,
             errors: Vec::new(),
         };
+        if !bench.wants(job) {
+            for h in job.sources.iter().flat_map(|s| s.hooks) {
+                hooks.push(hook_status(job, h, "left out by FORKPROF_BENCH_ONLY", None));
+            }
+            status.errors.push("left out by FORKPROF_BENCH_ONLY".into());
+            jobs.push(status);
+            continue;
+        }
         let first_hook = hooks.len();
         let mut source_of = Vec::new();
         for (i, source) in job.sources.iter().enumerate() {
@@ -620,6 +720,37 @@ mod tests {
         ("mmap_lock_acquire_returned", &[Ptr, Bool, Bool]),
         ("mmap_lock_released", &[Ptr, Bool]),
     ];
+
+    #[test]
+    fn bench_switches_parse_and_every_job_has_a_family() {
+        assert_eq!(
+            BenchSwitches::parse(None, None).unwrap(),
+            BenchSwitches::default()
+        );
+        assert!(
+            BenchSwitches::parse(None, None)
+                .unwrap()
+                .warning()
+                .is_none()
+        );
+        let s = BenchSwitches::parse(Some("1"), Some("mmap, faults")).unwrap();
+        assert!(s.empty);
+        assert_eq!(
+            s.only.as_deref(),
+            Some(&["mmap".to_string(), "faults".into()][..])
+        );
+        assert!(s.warning().unwrap().contains("not measurements"));
+        assert!(BenchSwitches::parse(Some("yes"), None).is_err());
+        let e = BenchSwitches::parse(None, Some("syscalls,nosuch")).unwrap_err();
+        assert!(e.to_string().contains("\"nosuch\""), "{e}");
+        for job in JOBS {
+            assert!(FAMILIES.contains(&job.family), "{}", job.name);
+            assert!(s.wants(job) == (job.family == "mmap" || job.family == "faults"));
+        }
+        for f in FAMILIES {
+            assert!(JOBS.iter().any(|j| j.family == *f), "{f}");
+        }
+    }
 
     #[test]
     fn each_kernel_layout_picks_the_program_written_for_it() {

@@ -63,6 +63,19 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
     }
     let mut signals = StopSignals::new()?;
+    // Tracing has started: a script can wait for this line before it starts its workload.
+    let what = match args.pid {
+        Some(pid) => format!("pid {pid} and its descendants"),
+        None => "every process".into(),
+    };
+    let until = match args.duration {
+        Some(d) => format!("for {}", humantime::format_duration(d)),
+        None => "until Ctrl-C".into(),
+    };
+    eprintln!(
+        "forkprof: recording {what} to {} {until}",
+        args.output.display()
+    );
     runtime.block_on(session.run_until(signals.or_after(args.duration)))?;
     let wall_ns = session.elapsed_ns();
     session.drain()?;

@@ -41,7 +41,7 @@ pub(super) fn measure(paths: &Paths, iterations: u32) -> Result<Vec<ProgStat>> {
         ])
         .arg(&paths.spawn_loop)
         .arg(iterations.to_string())
-        .arg(&paths.true_dyn)
+        .arg(paths.loop_arg())
         .arg(&out)
         .stdin(Stdio::null())
         .stdout(Stdio::null())

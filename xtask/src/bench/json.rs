@@ -3,6 +3,7 @@ use anyhow::Result;
 use serde::{Serialize, Serializer};
 
 use super::BenchArgs;
+use super::ablation::Family;
 use super::bpf_stats::ProgStat;
 use super::measure::Row;
 use super::report::Machine;
@@ -27,6 +28,7 @@ fn dec3(values: &[f64]) -> Vec<Dec3> {
 /// The JSON document (`--json`).
 #[derive(Serialize)]
 struct JsonReport<'a> {
+    workload: super::tools::Workload,
     iterations: u32,
     pairs: u32,
     max_background: f64,
@@ -34,6 +36,17 @@ struct JsonReport<'a> {
     forkprof_check: Option<&'a str>,
     runs: Vec<JsonRun<'a>>,
     bpf_stats: Option<&'a [ProgStat]>,
+    ablation: Option<Vec<JsonFamily<'a>>>,
+}
+
+/// One hook family of `--ablation`.
+#[derive(Serialize)]
+struct JsonFamily<'a> {
+    family: &'a str,
+    hits_per_iter: Option<Dec3>,
+    us_per_iter: Option<Dec3>,
+    empty: JsonRun<'a>,
+    real: JsonRun<'a>,
 }
 
 /// One row of the table in the JSON document; percentages are overheads, ratios are not.
@@ -47,7 +60,10 @@ struct JsonRun<'a> {
     max_us: Option<Dec3>,
     overhead_pct: Option<Dec3>,
     overhead_ci90_pct: Option<[Dec3; 2]>,
+    cpu_overhead_pct: Option<Dec3>,
+    cpu_overhead_ci90_pct: Option<[Dec3; 2]>,
     samples_us: Vec<Dec3>,
+    cpu_samples_us: Vec<Dec3>,
     ratios: Option<Vec<Dec3>>,
     background_cpus: Vec<Dec3>,
     noisy_pairs: usize,
@@ -58,6 +74,7 @@ impl<'a> JsonRun<'a> {
         let pct = |r: f64| Dec3((r - 1.0) * 100.0);
         let us = row.us();
         let ratios = row.ratios.as_deref();
+        let cpu_ratios = row.cpu_ratios.as_deref();
         JsonRun {
             run: row.label,
             available: row.unavailable.is_none(),
@@ -69,7 +86,12 @@ impl<'a> JsonRun<'a> {
             overhead_ci90_pct: ratios
                 .and_then(median_ci90)
                 .map(|(lo, hi)| [pct(lo), pct(hi)]),
+            cpu_overhead_pct: cpu_ratios.and_then(median).map(pct),
+            cpu_overhead_ci90_pct: cpu_ratios
+                .and_then(median_ci90)
+                .map(|(lo, hi)| [pct(lo), pct(hi)]),
             samples_us: dec3(&us),
+            cpu_samples_us: dec3(&row.cpu_us()),
             ratios: ratios.map(dec3),
             background_cpus: dec3(&row.background()),
             noisy_pairs: row.noisy_pairs,
@@ -84,8 +106,10 @@ pub(super) fn json(
     rows: &[Row],
     check: Option<&str>,
     stats: Option<&[ProgStat]>,
+    families: Option<&[Family]>,
 ) -> Result<String> {
     Ok(serde_json::to_string(&JsonReport {
+        workload: args.workload,
         iterations: args.iterations,
         pairs: args.pairs,
         max_background: args.max_background,
@@ -93,6 +117,17 @@ pub(super) fn json(
         forkprof_check: check,
         runs: rows.iter().map(JsonRun::new).collect(),
         bpf_stats: stats,
+        ablation: families.map(|fs| {
+            fs.iter()
+                .map(|f| JsonFamily {
+                    family: f.name,
+                    hits_per_iter: f.hits_per_iter.map(Dec3),
+                    us_per_iter: f.us_per_iter.map(Dec3),
+                    empty: JsonRun::new(&f.empty),
+                    real: JsonRun::new(&f.real),
+                })
+                .collect()
+        }),
     })?)
 }
 
@@ -109,26 +144,40 @@ mod tests {
             run_ns: 1_005_879,
             runs: 3565,
         }];
-        let text = json(&args(), &machine(), &rows(), Some("saw"), Some(&stats)).unwrap();
+        let text = json(
+            &args(),
+            &machine(),
+            &rows(),
+            Some("saw"),
+            Some(&stats),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             text,
             concat!(
-                r#"{"iterations":2000,"pairs":2,"max_background":0.25,"#,
+                r#"{"workload":"fork-exec","iterations":2000,"pairs":2,"max_background":0.25,"#,
                 r#""machine":{"nproc":2,"cpu":"A \"quoted\"\tCPU\n","kernel":"6.12.0"},"#,
                 r#""forkprof_check":"saw","runs":["#,
                 r#"{"run":"bare","available":true,"reason":null,"median_us":1000.75,"#,
                 r#""min_us":1000.0,"max_us":1001.5,"overhead_pct":null,"overhead_ci90_pct":null,"#,
-                r#""samples_us":[1000.0,1001.5],"ratios":null,"background_cpus":[0.1,0.3],"#,
+                r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
+                r#""samples_us":[1000.0,1001.5],"cpu_samples_us":[980.0,981.47],"#,
+                r#""ratios":null,"background_cpus":[0.1,0.3],"#,
                 r#""noisy_pairs":0},"#,
                 r#"{"run":"forkprof run","available":true,"reason":null,"median_us":1150.9,"#,
                 r#""min_us":1100.0,"max_us":1201.8,"overhead_pct":15.0,"overhead_ci90_pct":null,"#,
-                r#""samples_us":[1100.0,1201.8],"ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
+                r#""cpu_overhead_pct":12.0,"cpu_overhead_ci90_pct":null,"#,
+                r#""samples_us":[1100.0,1201.8],"cpu_samples_us":[1078.0,1177.764],"#,
+                r#""ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
                 r#""noisy_pairs":1},"#,
                 r#"{"run":"strace -f -c","available":false,"#,
                 r#""reason":"package strace could not be installed","median_us":null,"#,
                 r#""min_us":null,"max_us":null,"overhead_pct":null,"overhead_ci90_pct":null,"#,
-                r#""samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
-                r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}]}"#,
+                r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
+                r#""samples_us":[],"cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
+                r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}],"#,
+                r#""ablation":null}"#,
             )
         );
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -140,10 +189,11 @@ mod tests {
         let mut row = Row::new("forkprof run", true);
         row.samples = vec![Sample {
             us: 1255.57849,
+            cpu_us: None,
             background: 0.0,
         }];
         row.ratios = Some(vec![1.01, 1.02, 1.03, 1.04, 1.05]);
-        let text = json(&args(), &machine(), &[row], None, None).unwrap();
+        let text = json(&args(), &machine(), &[row], None, None, None).unwrap();
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
         let run = &parsed["runs"][0];
         assert_eq!(run["median_us"], 1255.578);

@@ -17,6 +17,8 @@ use super::tools::{Paths, Tool, Unavailable, clean_env, shown};
 pub(super) struct Sample {
     /// Microseconds per iteration, as the loop measured it.
     pub(super) us: f64,
+    /// CPU microseconds (user + system, the loop and its children) per iteration.
+    pub(super) cpu_us: Option<f64>,
     /// CPUs kept busy by everything but this run (other processes, steal), averaged
     /// over the run: the noise it was measured under.
     pub(super) background: f64,
@@ -30,6 +32,8 @@ pub(super) struct Row {
     pub(super) samples: Vec<Sample>,
     /// tool / bare of each pair (None for the bare row).
     pub(super) ratios: Option<Vec<f64>>,
+    /// The same, by CPU time.
+    pub(super) cpu_ratios: Option<Vec<f64>>,
     /// Pairs kept although their background load stayed above --max-background.
     pub(super) noisy_pairs: usize,
 }
@@ -42,12 +46,17 @@ impl Row {
             unavailable: None,
             samples: Vec::new(),
             ratios: paired.then(Vec::new),
+            cpu_ratios: paired.then(Vec::new),
             noisy_pairs: 0,
         }
     }
 
     pub(super) fn us(&self) -> Vec<f64> {
         self.samples.iter().map(|s| s.us).collect()
+    }
+
+    pub(super) fn cpu_us(&self) -> Vec<f64> {
+        self.samples.iter().filter_map(|s| s.cpu_us).collect()
     }
 
     pub(super) fn background(&self) -> Vec<f64> {
@@ -125,6 +134,9 @@ pub(super) fn pairs(
             if let Some(r) = &mut row.ratios {
                 r.push(ratio);
             }
+            if let (Some(r), Some(bc), Some(tc)) = (&mut row.cpu_ratios, b.cpu_us, t.cpu_us) {
+                r.push(tc / bc);
+            }
             let _ = write!(
                 line,
                 "\n  bare {:.1} us (bg {:.2}) / {} {:.1} us (bg {:.2}): {}",
@@ -192,6 +204,7 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
     let shown = shown(&inner);
     let mut cmd = clock.wrap(inner);
     clean_env(&mut cmd);
+    cmd.envs(paths.env(tool));
     cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
     let before = clock.reading();
     let started = Instant::now();
@@ -221,7 +234,11 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
     }
     let us = parse_us_per_iter(&out)
         .with_context(|| format!("{shown} printed no spawn_loop result: {}", tail(&err)))?;
-    Ok(Sample { us, background })
+    Ok(Sample {
+        us,
+        cpu_us: parse_field(&out, "cpu_us_per_iter="),
+        background,
+    })
 }
 
 /// The last non-empty lines of a tool's stderr, on one line, for error messages.
@@ -242,11 +259,16 @@ fn tail(text: &str) -> String {
 
 /// Finds `us_per_iter=U` in spawn_loop's result line.
 fn parse_us_per_iter(stdout: &str) -> Option<f64> {
+    parse_field(stdout, "us_per_iter=")
+}
+
+/// Finds `KEY=V` (`key` with its `=`) in spawn_loop's result line, V positive.
+fn parse_field(stdout: &str, key: &str) -> Option<f64> {
     stdout
         .lines()
         .filter(|l| l.starts_with("spawn_loop:"))
         .flat_map(str::split_whitespace)
-        .find_map(|w| w.strip_prefix("us_per_iter="))
+        .find_map(|w| w.strip_prefix(key))
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| v.is_finite() && *v > 0.0)
 }
@@ -263,5 +285,12 @@ mod tests {
         assert_eq!(parse_us_per_iter("spawn_loop: us_per_iter=abc\n"), None);
         assert_eq!(parse_us_per_iter("us_per_iter=12\n"), None);
         assert_eq!(parse_us_per_iter(""), None);
+        let out = "spawn_loop: iterations=2 total_ns=2 us_per_iter=800.5 cpu_us_per_iter=790.25\n";
+        assert_eq!(parse_us_per_iter(out), Some(800.5));
+        assert_eq!(parse_field(out, "cpu_us_per_iter="), Some(790.25));
+        assert_eq!(
+            parse_field("spawn_loop: us_per_iter=1\n", "cpu_us_per_iter="),
+            None
+        );
     }
 }

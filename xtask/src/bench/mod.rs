@@ -12,6 +12,7 @@
 //! their own cgroup, so that the load of other processes can be measured and noisy pairs
 //! run again. A tool that cannot run here is reported with the reason and left out; the
 //! rest of the bench goes on. See BENCHMARKS.md.
+mod ablation;
 mod background;
 mod bpf_stats;
 mod json;
@@ -24,13 +25,16 @@ use anyhow::{Result, bail};
 
 use background::Clock;
 use measure::Row;
-use tools::{ALL_TOOLS, Paths, Tool, Unavailable};
+use tools::{ALL_TOOLS, Paths, Tool, Unavailable, Workload};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// fork+exec+wait iterations in each run of the loop.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     iterations: u32,
+    /// What each iteration of the loop does.
+    #[arg(long, value_enum, default_value_t = Workload::ForkExec)]
+    workload: Workload,
     /// Alternating (bare, tool) pairs per tool; overheads are medians of per-pair ratios.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
     pairs: u32,
@@ -48,6 +52,11 @@ pub struct BenchArgs {
     /// of its eBPF programs ran, per hit and per iteration (needs bpftool).
     #[arg(long)]
     bpf_stats: bool,
+    /// After the pairs, each of forkprof's hook families alone, with empty and with real
+    /// programs, --pairs pairs each (FORKPROF_BENCH_ONLY, FORKPROF_BENCH_EMPTY); implies
+    /// --bpf-stats for each family's hits and time.
+    #[arg(long)]
+    ablation: bool,
     /// Print the results as one JSON document on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
@@ -69,7 +78,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .filter(|t| args.only.contains(t))
             .collect()
     };
-    let paths = Paths::new();
+    let paths = Paths::new(args.workload);
     let mut unavailable = Unavailable::new();
     prepare(args, &tools, &paths, &mut unavailable)?;
     let clock = Clock::new()?;
@@ -77,17 +86,28 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let (bare, rows) = measure::pairs(args, &paths, &clock, &active)?;
     let rows = in_table_order(bare, rows, &tools, &active, &unavailable);
     let forkprof_ran = active.contains(&Tool::Forkprof);
-    let stats = if args.bpf_stats && forkprof_ran {
+    let stats = if (args.bpf_stats || args.ablation) && forkprof_ran {
         bpf_stats::measure(&paths, args.iterations)
             .inspect_err(|e| eprintln!("xtask: bench: --bpf-stats: {e:#}"))
             .ok()
     } else {
         None
     };
+    let families = if args.ablation && forkprof_ran {
+        Some(ablation::measure(args, &clock, stats.as_deref())?)
+    } else {
+        None
+    };
     let check = forkprof_ran
         .then(|| report::forkprof_check(&paths))
         .flatten();
-    report::print(args, &rows, check.as_deref(), stats.as_deref())
+    report::print(
+        args,
+        &rows,
+        check.as_deref(),
+        stats.as_deref(),
+        families.as_deref(),
+    )
 }
 
 /// What the bench needs before it starts: root, and sane arguments.
@@ -114,7 +134,7 @@ fn prepare(
 ) -> Result<()> {
     tools::ensure_packages(tools, args.no_install, unavailable)?;
     tools::ensure_tracefs(tools, unavailable);
-    if tools.contains(&Tool::Forkprof) && !args.no_build {
+    if tools.iter().any(|t| t.is_forkprof()) && !args.no_build {
         tools::build_forkprof()?;
     }
     tools::compile_loop(paths)

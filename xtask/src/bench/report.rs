@@ -8,6 +8,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::BenchArgs;
+use super::ablation::{self, Family};
 use super::bpf_stats::{self, ProgStat};
 use super::json;
 use super::measure::Row;
@@ -48,15 +49,22 @@ pub(super) fn print(
     rows: &[Row],
     check: Option<&str>,
     stats: Option<&[ProgStat]>,
+    families: Option<&[Family]>,
 ) -> Result<()> {
     let machine = Machine::probe();
     if args.json {
-        println!("{}", json::json(args, &machine, rows, check, stats)?);
+        println!(
+            "{}",
+            json::json(args, &machine, rows, check, stats, families)?
+        );
     } else {
         print!("{}", table(args, &machine, rows, check));
         if let Some(stats) = stats {
             let bare_median = median(&rows[0].us());
             print!("{}", bpf_stats::table(stats, args.iterations, bare_median));
+        }
+        if let Some(families) = families {
+            print!("{}", ablation::table(families));
         }
     }
     Ok(())
@@ -80,7 +88,7 @@ fn forkprof_saw(report: &str) -> Option<String> {
 }
 
 /// One line of the table per row, header first, and the notes to print under it.
-fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 7]>, Vec<String>) {
+fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 9]>, Vec<String>) {
     let header = [
         "run",
         "median us/iter",
@@ -88,6 +96,8 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 7]>, Vec<String>) {
         "max",
         "overhead vs bare",
         "90% CI",
+        "CPU overhead",
+        "CPU 90% CI",
         "background CPUs",
     ];
     let mut cells = vec![header.map(str::to_owned)];
@@ -96,7 +106,8 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 7]>, Vec<String>) {
         if let Some(why) = &row.unavailable
             && row.samples.is_empty()
         {
-            cells.push([row.label, "n/a", "-", "-", "n/a", "-", "-"].map(str::to_owned));
+            cells
+                .push([row.label, "n/a", "-", "-", "n/a", "-", "n/a", "-", "-"].map(str::to_owned));
             notes.push(format!("{}: not run: {why}", row.label));
             continue;
         }
@@ -117,10 +128,10 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 7]>, Vec<String>) {
 }
 
 /// The table line of a row that has samples.
-fn measured_cells(row: &Row) -> [String; 7] {
+fn measured_cells(row: &Row) -> [String; 9] {
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     let values = row.us();
-    let (overhead, range) = match &row.ratios {
+    let of = |ratios: &Option<Vec<f64>>| match ratios {
         None => ("-".to_owned(), "-".to_owned()),
         Some(r) => (
             median(r).map_or_else(|| "-".to_owned(), pct),
@@ -130,6 +141,8 @@ fn measured_cells(row: &Row) -> [String; 7] {
             ),
         ),
     };
+    let (overhead, range) = of(&row.ratios);
+    let (cpu_overhead, cpu_range) = of(&row.cpu_ratios);
     [
         row.label.to_owned(),
         us(median(&values)),
@@ -137,14 +150,16 @@ fn measured_cells(row: &Row) -> [String; 7] {
         us(max(&values)),
         overhead,
         range,
+        cpu_overhead,
+        cpu_range,
         median(&row.background()).map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
     ]
 }
 
 /// `cells` in aligned columns (the first left-aligned, the others right-aligned), with a
 /// rule under the header.
-fn write_columns(out: &mut String, cells: &[[String; 7]]) {
-    let mut widths = [0usize; 7];
+fn write_columns(out: &mut String, cells: &[[String; 9]]) {
+    let mut widths = [0usize; 9];
     for c in cells {
         for (w, s) in widths.iter_mut().zip(c) {
             *w = (*w).max(s.chars().count());
@@ -167,9 +182,10 @@ fn write_columns(out: &mut String, cells: &[[String; 7]]) {
 fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>) -> String {
     let (cells, notes) = cells(rows, args.max_background);
     let mut out = format!(
-        "fork+exec+wait of a dynamically linked `int main(){{return 0;}}`: {} iterations per run, \
-         {} alternating pairs per tool\n",
-        args.iterations, args.pairs
+        "{}: {} iterations per run, {} alternating pairs per tool\n",
+        args.workload.describe(),
+        args.iterations,
+        args.pairs
     );
     let _ = writeln!(
         out,
@@ -180,6 +196,7 @@ fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>)
     out.push_str(
         "\noverhead vs bare: median over pairs of (tool run / the bare run just before it) - 1\n\
          90% CI: of that median (order statistics; none under 5 pairs); A/A shows the noise floor\n\
+         CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)\n\
          background CPUs: median over runs of the CPUs other processes kept busy during a run\n",
     );
     for line in check.into_iter().map(str::to_owned).chain(notes) {
@@ -196,8 +213,10 @@ pub(super) mod tests {
     pub(in crate::bench) fn args() -> BenchArgs {
         BenchArgs {
             iterations: 2000,
+            workload: crate::bench::tools::Workload::ForkExec,
             pairs: 2,
             only: Vec::new(),
+            ablation: false,
             max_background: 0.25,
             retries: 1,
             bpf_stats: false,
@@ -217,12 +236,17 @@ pub(super) mod tests {
 
     /// A bare row, a tool measured in two pairs (one noisy), and a tool that did not run.
     pub(in crate::bench) fn rows() -> Vec<Row> {
-        let sample = |us, background| Sample { us, background };
+        let sample = |us, background| Sample {
+            us,
+            cpu_us: Some(us * 0.98),
+            background,
+        };
         let mut bare = Row::new("bare", false);
         bare.samples = vec![sample(1000.0, 0.1), sample(1001.5, 0.3)];
         let mut tool = Row::new("forkprof run", true);
         tool.samples = vec![sample(1100.0, 0.05), sample(1201.8, 0.2)];
         tool.ratios = Some(vec![1.1, 1.2]);
+        tool.cpu_ratios = Some(vec![1.08, 1.16]);
         tool.noisy_pairs = 1;
         let mut missing = Row::new("strace -f -c", true);
         missing.unavailable = Some("package strace could not be installed".to_owned());
@@ -243,14 +267,15 @@ pub(super) mod tests {
 fork+exec+wait of a dynamically linked `int main(){return 0;}`: 2000 iterations per run, 2 alternating pairs per tool
 machine: 2 CPUs (A \"quoted\"\tCPU\n), kernel 6.12.0
 
-run           median us/iter     min     max  overhead vs bare  90% CI  background CPUs
----------------------------------------------------------------------------------------
-bare                  1000.8  1000.0  1001.5                 -       -             0.20
-forkprof run          1150.9  1100.0  1201.8            +15.0%       -             0.12
-strace -f -c             n/a       -       -               n/a       -                -
+run           median us/iter     min     max  overhead vs bare  90% CI  CPU overhead  CPU 90% CI  background CPUs
+-----------------------------------------------------------------------------------------------------------------
+bare                  1000.8  1000.0  1001.5                 -       -             -           -             0.20
+forkprof run          1150.9  1100.0  1201.8            +15.0%       -        +12.0%           -             0.12
+strace -f -c             n/a       -       -               n/a       -           n/a           -                -
 
 overhead vs bare: median over pairs of (tool run / the bare run just before it) - 1
 90% CI: of that median (order statistics; none under 5 pairs); A/A shows the noise floor
+CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)
 background CPUs: median over runs of the CPUs other processes kept busy during a run
 forkprof's last run saw 3 processes
 forkprof run: 1 of 2 pairs kept with more than 0.25 CPUs busy elsewhere

@@ -12,6 +12,13 @@ pub(super) enum Tool {
     Control,
     /// `forkprof run` (default mode)
     Forkprof,
+    /// `forkprof run` with FORKPROF_BENCH_EMPTY=1: the same hooks, every program returning
+    /// at entry (the floor forkprof's own work sits on)
+    ForkprofEmpty,
+    /// `forkprof record` of the whole system, started before the loop and stopped after it
+    Record,
+    /// `forkprof monitor` (system-wide), started before the loop and stopped after it
+    Monitor,
     /// `strace -f -c -o /dev/null`
     Strace,
     /// `perf trace -s -o /dev/null`
@@ -20,9 +27,12 @@ pub(super) enum Tool {
     Bpftrace,
 }
 
-pub(super) const ALL_TOOLS: [Tool; 5] = [
+pub(super) const ALL_TOOLS: [Tool; 8] = [
     Tool::Control,
     Tool::Forkprof,
+    Tool::ForkprofEmpty,
+    Tool::Record,
+    Tool::Monitor,
     Tool::Strace,
     Tool::Perf,
     Tool::Bpftrace,
@@ -36,16 +46,29 @@ impl Tool {
         match self {
             Tool::Control => "bare again (A/A)",
             Tool::Forkprof => "forkprof run",
+            Tool::ForkprofEmpty => "forkprof run, empty programs",
+            Tool::Record => "forkprof record",
+            Tool::Monitor => "forkprof monitor",
             Tool::Strace => "strace -f -c",
             Tool::Perf => "perf trace -s",
             Tool::Bpftrace => "bpftrace phases.bt",
         }
     }
 
+    /// Whether the tool is forkprof (which the bench builds).
+    pub(super) fn is_forkprof(self) -> bool {
+        matches!(
+            self,
+            Tool::Forkprof | Tool::ForkprofEmpty | Tool::Record | Tool::Monitor
+        )
+    }
+
     /// The Debian package that provides the tool, if it is not built here.
     fn package(self) -> Option<&'static str> {
         match self {
-            Tool::Control | Tool::Forkprof => None,
+            Tool::Control | Tool::Forkprof | Tool::ForkprofEmpty | Tool::Record | Tool::Monitor => {
+                None
+            }
             Tool::Strace => Some("strace"),
             Tool::Perf => Some("linux-perf"),
             Tool::Bpftrace => Some("bpftrace"),
@@ -53,17 +76,39 @@ impl Tool {
     }
 }
 
-/// Paths of everything a run needs.
+/// What each iteration of the loop does.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum Workload {
+    /// fork + exec of a dynamically linked `int main(){return 0;}` + waitpid
+    ForkExec,
+    /// vfork + _exit(0) + waitpid: the cheapest spawn there is
+    VforkExit,
+}
+
+impl Workload {
+    pub(super) fn describe(self) -> &'static str {
+        match self {
+            Workload::ForkExec => "fork+exec+wait of a dynamically linked `int main(){return 0;}`",
+            Workload::VforkExit => "vfork+_exit+wait (no exec)",
+        }
+    }
+}
+
+/// Paths of everything a run needs, and what the loop runs.
 pub(super) struct Paths {
     pub(super) dir: PathBuf,
     pub(super) spawn_loop: PathBuf,
     pub(super) true_dyn: PathBuf,
     pub(super) forkprof: PathBuf,
     phases_bt: PathBuf,
+    pub(super) workload: Workload,
+    /// FORKPROF_BENCH_ONLY for forkprof's runs (the ablation), if any.
+    pub(super) only: Option<&'static str>,
 }
 
 impl Paths {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(workload: Workload) -> Self {
         let root = crate::root();
         let dir = root.join("target/bench");
         Paths {
@@ -72,7 +117,54 @@ impl Paths {
             forkprof: root.join("target/release/forkprof"),
             phases_bt: root.join("bench/phases.bt"),
             dir,
+            workload,
+            only: None,
         }
+    }
+
+    /// The loop's last argument: the program to exec, or `--vfork-exit`.
+    pub(super) fn loop_arg(&self) -> &std::ffi::OsStr {
+        match self.workload {
+            Workload::ForkExec => self.true_dyn.as_os_str(),
+            Workload::VforkExit => "--vfork-exit".as_ref(),
+        }
+    }
+
+    /// The benchmark switches a run of `tool` gets (after `clean_env`).
+    pub(super) fn env(&self, tool: Option<Tool>) -> Vec<(&'static str, &'static str)> {
+        let mut env = Vec::new();
+        if tool == Some(Tool::ForkprofEmpty) {
+            env.push(("FORKPROF_BENCH_EMPTY", "1"));
+        }
+        if let (Some(only), Some(t)) = (self.only, tool)
+            && t.is_forkprof()
+        {
+            env.push(("FORKPROF_BENCH_ONLY", only));
+        }
+        env
+    }
+
+    /// `sh -c` running forkprof `args` in the background until it says it is tracing (a
+    /// stderr line starting with `ready`), then the loop, then SIGINT to forkprof.
+    fn around(&self, args: &[&str], ready: &str) -> Command {
+        let script = format!(
+            r#"fp=$1; out=$2; shift 2
+"$fp" {} 2>"$out" & agent=$!
+until grep -q '^{ready}' "$out"; do
+  kill -0 $agent 2>/dev/null || {{ cat "$out" >&2; exit 1; }}
+  sleep 0.05
+done
+"$@"; status=$?
+kill -INT $agent; wait $agent || {{ cat "$out" >&2; exit 1; }}
+exit $status"#,
+            args.join(" ")
+        );
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", &script, "sh"])
+            .arg(&self.forkprof)
+            .arg(self.dir.join("agent.stderr"))
+            .arg(&self.spawn_loop);
+        c
     }
 
     /// The command line of one run: the loop alone (`tool` None) or under a tool.
@@ -80,19 +172,36 @@ impl Paths {
         let n = iterations.to_string();
         let mut cmd = match tool {
             None | Some(Tool::Control) => Command::new(&self.spawn_loop),
-            Some(Tool::Forkprof) => {
+            Some(t @ (Tool::Forkprof | Tool::ForkprofEmpty)) => {
+                // The check under the table reads the real run's report only.
+                let report = if t == Tool::Forkprof {
+                    "forkprof-report.json"
+                } else {
+                    "forkprof-empty-report.json"
+                };
                 let mut c = Command::new(&self.forkprof);
                 c.args(["run", "--json", "--report"])
-                    .arg(self.dir.join("forkprof-report.json"))
+                    .arg(self.dir.join(report))
                     .arg("--")
                     .arg(&self.spawn_loop);
                 c
             }
+            Some(Tool::Record) => {
+                let db = self.dir.join("record.db");
+                self.around(
+                    &["record", "--force", "-o", path_str(&db)?],
+                    "forkprof: recording",
+                )
+            }
+            Some(Tool::Monitor) => self.around(
+                &["monitor", "--listen", "127.0.0.1:0"],
+                "forkprof: serving metrics",
+            ),
             Some(Tool::Strace) => self.traced_by("strace", &["-f", "-c"]),
             Some(Tool::Perf) => self.traced_by("perf", &["trace", "-s"]),
             Some(Tool::Bpftrace) => return self.bpftrace(&n),
         };
-        cmd.arg(&n).arg(&self.true_dyn);
+        cmd.arg(&n).arg(self.loop_arg());
         Ok(cmd)
     }
 
@@ -111,7 +220,9 @@ impl Paths {
         let line = format!(
             "{} {n} {}",
             path_str(&self.spawn_loop)?,
-            path_str(&self.true_dyn)?
+            self.loop_arg()
+                .to_str()
+                .context("a path that is not UTF-8")?
         );
         let mut c = Command::new("bpftrace");
         c.arg("-o")
@@ -269,25 +380,47 @@ mod tests {
 
     #[test]
     fn command_lines() {
-        let paths = Paths::new();
-        let line = |tool| shown(&paths.command(tool, 3).unwrap());
+        let mut paths = Paths::new(Workload::ForkExec);
+        let line = |paths: &Paths, tool| shown(&paths.command(tool, 3).unwrap());
         let (l, t) = (
             path_str(&paths.spawn_loop).unwrap(),
             path_str(&paths.true_dyn).unwrap(),
         );
-        assert_eq!(line(None), format!("{l} 3 {t}"));
-        assert_eq!(line(Some(Tool::Control)), format!("{l} 3 {t}"));
+        let p = &paths;
+        assert_eq!(line(p, None), format!("{l} 3 {t}"));
+        assert_eq!(line(p, Some(Tool::Control)), format!("{l} 3 {t}"));
         assert_eq!(
-            line(Some(Tool::Strace)),
+            line(p, Some(Tool::Strace)),
             format!("strace -f -c -o /dev/null -- {l} 3 {t}")
         );
         assert_eq!(
-            line(Some(Tool::Perf)),
+            line(p, Some(Tool::Perf)),
             format!("perf trace -s -o /dev/null -- {l} 3 {t}")
         );
         assert!(
-            line(Some(Tool::Forkprof)).ends_with(&format!("forkprof-report.json -- {l} 3 {t}"))
+            line(p, Some(Tool::Forkprof)).ends_with(&format!("forkprof-report.json -- {l} 3 {t}"))
         );
-        assert!(line(Some(Tool::Bpftrace)).ends_with(&format!("phases.bt -c {l} 3 {t}")));
+        assert!(line(p, Some(Tool::Bpftrace)).ends_with(&format!("phases.bt -c {l} 3 {t}")));
+        // record and monitor run around the loop, until forkprof says it is tracing.
+        let rec = line(p, Some(Tool::Record));
+        assert!(
+            rec.contains("record --force -o") && rec.ends_with(&format!("{l} 3 {t}")),
+            "{rec}"
+        );
+        assert!(line(p, Some(Tool::Monitor)).contains("forkprof: serving metrics"));
+        // The switches: empty programs, and the ablation's one family.
+        assert_eq!(p.env(Some(Tool::Forkprof)), vec![]);
+        assert_eq!(
+            p.env(Some(Tool::ForkprofEmpty)),
+            vec![("FORKPROF_BENCH_EMPTY", "1")]
+        );
+        paths.only = Some("mmap");
+        assert_eq!(
+            paths.env(Some(Tool::Record)),
+            vec![("FORKPROF_BENCH_ONLY", "mmap")]
+        );
+        assert_eq!(paths.env(Some(Tool::Strace)), vec![]);
+        paths.workload = Workload::VforkExit;
+        assert_eq!(line(&paths, None), format!("{l} 3 --vfork-exit"));
     }
 }

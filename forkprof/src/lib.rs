@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod collector;
 pub mod decode;
 pub mod elf;
+pub mod found;
 pub mod ldprobes;
 pub mod loader;
 pub mod model;

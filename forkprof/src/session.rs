@@ -11,9 +11,11 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use crate::collector::Collector;
 use crate::decode::Record;
 use crate::elf::InterpCache;
+use crate::found::Snapshot;
 use crate::ldprobes::LdProbes;
 use crate::loader::{self, LoadOptions, Loaded};
 use crate::model::live::{Counters, Finished, Live};
+use crate::model::mounts::parse_mountinfo;
 use crate::model::report::Context;
 use crate::model::trace::{ExitStatus, LostCounts};
 use crate::model::{Report, Trace};
@@ -233,8 +235,15 @@ impl Tracer {
     }
 }
 
-/// Where a trace session's records go: the recording, if any, then the trace.
-fn keep(trace: &mut Trace, writer: Option<&Writer>, record: Record) {
+/// Where a trace session's records go: the recording, if any, then the trace. A process
+/// found running when tracing started gets its label from /proc first.
+fn keep(trace: &mut Trace, writer: Option<&Writer>, found: &mut Snapshot, record: Record) {
+    for f in found.first_sight(&record).iter().flatten() {
+        if let Some(w) = writer {
+            w.found(f);
+        }
+        trace.found(f);
+    }
     if let Some(w) = writer {
         w.record(&record);
     }
@@ -247,6 +256,9 @@ pub struct TraceSession {
     tracer: Tracer,
     writer: Option<Writer>,
     pub trace: Trace,
+    /// The processes that existed before tracing began (all, or those added with
+    /// `trace_pid`), as /proc showed them.
+    found: Snapshot,
     started: Instant,
 }
 
@@ -255,12 +267,21 @@ impl TraceSession {
     /// runtime.
     pub fn start(opts: Options) -> Result<Self> {
         let tracer = Tracer::start(opts.trace_all, opts.precise_ld)?;
+        let mut trace = Trace::default();
+        // What the atime hint advises on (see `model::mounts`).
+        trace.mounts = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|text| parse_mountinfo(&text))
+            .unwrap_or_default();
         let writer = match &opts.output {
             Some(path) => {
                 let mut meta = host_meta();
                 meta.push((
                     "sources".into(),
                     serde_json::to_string(&tracer.loaded.sources()).unwrap_or_default(),
+                ));
+                meta.push((
+                    "mounts".into(),
+                    serde_json::to_string(&trace.mounts).unwrap_or_default(),
                 ));
                 meta.extend(opts.meta);
                 Some(Writer::create(
@@ -272,10 +293,17 @@ impl TraceSession {
             }
             None => None,
         };
+        // Read after the programs are attached: a process missing from it is seen created.
+        let found = if opts.trace_all {
+            Snapshot::all()
+        } else {
+            Snapshot::default()
+        };
         Ok(Self {
             tracer,
             writer,
-            trace: Trace::default(),
+            trace,
+            found,
             started: Instant::now(),
         })
     }
@@ -296,9 +324,12 @@ impl TraceSession {
         Ok(ProcsMap(data.fd().as_fd().as_raw_fd()))
     }
 
-    /// Adds a process that already exists to the traced set (`record -p`, bench).
-    pub fn trace_pid(&self, pid: u32) -> Result<()> {
-        self.procs()?.seed(pid).context("adding it to map PROCS")
+    /// Adds a process that already exists to the traced set (`record -p`, bench), and
+    /// reads its label from /proc.
+    pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
+        self.procs()?.seed(pid).context("adding it to map PROCS")?;
+        self.found.add(&[pid]);
+        Ok(())
     }
 
     /// Collects into the trace (and the recording) until `stop` completes, and returns its
@@ -308,11 +339,12 @@ impl TraceSession {
             tracer,
             writer,
             trace,
+            found,
             ..
         } = self;
         let writer = writer.as_ref();
         let mut copied = Instant::now();
-        let route = |record: Record| keep(trace, writer, record);
+        let route = |record: Record| keep(trace, writer, found, record);
         let tick = |collector: &Collector| {
             if let Some(w) = writer
                 && copied.elapsed() >= LOSS_EVERY
@@ -336,9 +368,10 @@ impl TraceSession {
     pub fn drain(&mut self) -> Result<()> {
         let trace = &mut self.trace;
         let writer = self.writer.as_ref();
+        let found = &mut self.found;
         self.tracer
             .collector
-            .drain(&mut |record| keep(trace, writer, record));
+            .drain(&mut |record| keep(trace, writer, found, record));
         let losses = self.tracer.collector.losses()?;
         // Exits without a parent notification: the trace's count is the truth, and the one
         // `summary.exits_without_notify` shows. It counts the exit records that arrived with
@@ -395,15 +428,29 @@ pub struct Sweep {
 pub struct LiveSession {
     tracer: Tracer,
     live: Live,
+    /// Every process that existed before tracing began, as /proc showed it.
+    found: Snapshot,
     loaders: InterpCache,
+}
+
+/// Where a live session's records go: the live aggregator, after the label from /proc of a
+/// process found running when tracing started.
+fn feed(live: &mut Live, found: &mut Snapshot, record: Record) {
+    for f in found.first_sight(&record).iter().flatten() {
+        live.found(f);
+    }
+    live.ingest(record);
 }
 
 impl LiveSession {
     /// Loads and attaches everything. Must be called inside the runtime.
     pub fn start() -> Result<Self> {
+        let tracer = Tracer::start(true, false)?;
         Ok(Self {
-            tracer: Tracer::start(true, false)?,
+            tracer,
             live: Live::default(),
+            // After the programs are attached: a process missing from it is seen created.
+            found: Snapshot::all(),
             loaders: InterpCache::default(),
         })
     }
@@ -414,10 +461,10 @@ impl LiveSession {
     /// TUI reads keys every 50 ms) would otherwise see records only when the kernel wakes
     /// the agent, at 256 KiB: seconds late at a low rate.
     pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
-        let live = &mut self.live;
+        let (live, found) = (&mut self.live, &mut self.found);
         let out = self
             .tracer
-            .run_until(stop, |record| live.ingest(record), |_| Ok(()))
+            .run_until(stop, |record| feed(live, found, record), |_| Ok(()))
             .await?;
         self.drain();
         Ok(out)
@@ -425,10 +472,10 @@ impl LiveSession {
 
     /// Hands whatever is in the ring buffer now to the live aggregator, without waiting.
     fn drain(&mut self) {
-        let live = &mut self.live;
+        let (live, found) = (&mut self.live, &mut self.found);
         self.tracer
             .collector
-            .drain(&mut |record| live.ingest(record));
+            .drain(&mut |record| feed(live, found, record));
     }
 
     /// Takes what is queued, finishes the processes that are done by now, and reads the loss

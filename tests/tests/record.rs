@@ -218,6 +218,83 @@ fn record_p_follows_one_tree_only() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `record -p` of a shell that was running before tracing: the shell is labelled from /proc
+/// (its exe, and its parent's), its children's parent is the shell, `report FILE` gives the
+/// same labels, and the timeline draws no slice for its unseen life. All of it used to be
+/// `[forkprof]`, with a process slice from the recording's start.
+#[test]
+fn record_p_labels_the_running_process_from_proc() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("found.db");
+    let go = dir.join("go");
+    let script = format!(
+        "while [ ! -e {} ]; do sleep 0.05; done; for i in 1 2 3; do /bin/true; done",
+        go.display()
+    );
+    let mut tree = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let pid = tree.id();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let me = std::env::current_exe().unwrap();
+    let mut rec = Command::new(forkprof())
+        .args(["record", "-p", &pid.to_string(), "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    std::fs::write(&go, "").unwrap();
+    assert!(tree.wait().unwrap().success());
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let perfetto = dir.join("timeline.json");
+    let (code, rep, err) = report_json(
+        &db,
+        &["--processes", "--perfetto", perfetto.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let procs = rep["processes"].as_array().unwrap();
+    let shell = procs
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .expect("the traced shell");
+    assert_eq!(shell["start_ns"], 0, "it existed before tracing");
+    assert_eq!(shell["binary"], exe.to_str().unwrap(), "{shell}");
+    assert_eq!(shell["parent_binary"], me.to_str().unwrap(), "{shell}");
+    let children: Vec<&Value> = procs.iter().filter(|p| p["parent_pid"] == pid).collect();
+    assert!(children.len() >= 3, "{procs:?}");
+    for c in children {
+        assert_eq!(c["parent_binary"], exe.to_str().unwrap(), "{c}");
+    }
+    assert_eq!(
+        sqlite(&db, &format!("SELECT binary FROM found WHERE pid = {pid}")),
+        exe.to_str().unwrap()
+    );
+    // The timeline: the shell's track has its exit, and no process slice.
+    let timeline: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+    let events = timeline["traceEvents"].as_array().unwrap();
+    let track = events
+        .iter()
+        .find(|e| {
+            e["name"] == "process_name"
+                && e["args"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with(&format!("[{pid}]")))
+        })
+        .expect("the shell's track")["pid"]
+        .clone();
+    let slices: Vec<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == track)
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(!slices.contains(&"process"), "{slices:?}");
+    assert!(slices.contains(&"exit_teardown"), "{slices:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     needs_root!();

@@ -60,7 +60,7 @@ fn threads_are_counted_apart() {
 }
 
 #[test]
-fn execvp_path_search_shows_every_failed_attempt() {
+fn execvp_path_search_is_one_finding_with_every_failed_attempt() {
     needs_root!();
     let dir = tempdir();
     let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
@@ -98,6 +98,29 @@ fn execvp_path_search_shows_every_failed_attempt() {
     ];
     assert_eq!(failed, want);
     assert_eq!(run.summary("failed_execs"), 3);
+    // One finding, not one row per directory: the attempts count in the row of the binary
+    // that made them (the workload, which exec'd), beside their exec_failed time, and the
+    // row's JSON lists every path tried.
+    let rows = run.report["groups"]["binary"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|g| g["binary"].as_str().unwrap()).collect();
+    assert!(
+        names.iter().all(|b| !b.contains("fp-nothing")),
+        "a row per attempt: {names:?}"
+    );
+    let row = rows
+        .iter()
+        .find(|g| g["binary"] == w.to_str().unwrap())
+        .expect("the workload's row");
+    assert_eq!(row["failed_execs"], 3, "{row}");
+    assert_eq!(row["phases"]["exec_failed"]["count"], 1, "{row}");
+    let paths: Vec<String> = want.iter().map(|(p, _)| p.clone()).collect();
+    let listed: Vec<String> = row["failed_exec_paths"]
+        .as_object()
+        .expect("failed_exec_paths")
+        .keys()
+        .cloned()
+        .collect();
+    assert_eq!(listed, paths, "{row}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Shape: a tree (each process's parent is process i/8), fork and posix_spawn alternating,
 //! 50 distinct binaries, one successful exec each plus a failed PATH-search attempt for one
-//! process in four, a complete dynamic-linker window and an exit. Written with
+//! process in four, a complete dynamic-linker window and an exit. The root (pid 1000) existed
+//! before tracing: its label is in `found`. Written with
 //! `RECORDING_SCHEMA`'s columns: the unit test below fails when the schema grows a column.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -33,7 +34,7 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;
 BEGIN;
 {schema}
-INSERT INTO meta VALUES ('schema_version','3'),('mode','synthetic'),('host','synthetic'),
+INSERT INTO meta VALUES ('schema_version','4'),('mode','synthetic'),('host','synthetic'),
   ('wall_ns','{wall}'),('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');
 CREATE TEMP TABLE ids AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < {n}) SELECT i FROM c;
 INSERT INTO spawns SELECT 1000+i, i*1000, i*1000+60000, 1000+i/8, (i/8)*1000, 1000+i/8, 1000+i,
@@ -46,6 +47,7 @@ INSERT INTO execs SELECT 1000+i, i*1000, i*1000+200000, 1000+i, '/usr/bin/tool'|
   'tool'||(i%50)||char(0)||'-c'||char(0)||'input'||i||'.c', 3, 0, 150000+i%5000, 40000, 100000, 0, 0, i%7,
   CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0 FROM ids;
 INSERT INTO lds SELECT 1000+i, i*1000, i*1000+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0 FROM ids;
+INSERT INTO found VALUES (1000, '/usr/bin/make', '/usr/bin/bash');
 INSERT INTO exits SELECT 1000+i, i*1000, i*1000+3000000, 0, 1, 50000, 0, i*1000+2950000, 'tool'||(i%50), 0, 0 FROM ids;
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
@@ -98,6 +100,7 @@ mod tests {
         assert_eq!(count("SELECT count(*) FROM spawns"), "100");
         assert_eq!(count("SELECT count(*) FROM execs"), "125");
         assert_eq!(count("SELECT count(*) FROM exits"), "100");
+        assert_eq!(count("SELECT binary FROM found"), "/usr/bin/make");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

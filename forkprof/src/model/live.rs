@@ -6,7 +6,7 @@ use forkprof_common::ld_outcome;
 use super::Method;
 use super::method::Spawned;
 use super::phases::Phases;
-use super::trace::{Process, Shared, Trace, comm_label};
+use super::trace::{Found, Process, Shared, Trace, comm_label};
 use crate::decode::Record;
 
 /// How long after its exit a process waits for late records (a vfork parent's spawn record
@@ -63,6 +63,11 @@ impl Default for Live {
 }
 
 impl Live {
+    /// Labels a process that existed before tracing began (see `Found`).
+    pub fn found(&mut self, found: &Found) {
+        self.trace.found(found);
+    }
+
     pub fn ingest(&mut self, record: Record) {
         match &record {
             Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
@@ -98,15 +103,23 @@ impl Live {
 
     fn finish(&self, p: &Process, is_static: &dyn Fn(&[u8]) -> bool) -> Finished {
         let label = |comm: &[u8]| -> Shared { comm_label(comm).into() };
-        let parent_binary = p.inherited.clone().unwrap_or_else(|| {
-            p.spawn
-                .map_or(self.unknown.clone(), |s| label(&s.parent_comm))
-        });
-        // Its last exec; else, if it was created under tracing, its parent's binary; else
-        // (it predates tracing) its own name at exit.
+        let parent_binary = p
+            .inherited
+            .as_ref()
+            .or_else(|| self.trace.found_parent_binary(&p.key))
+            .cloned()
+            .unwrap_or_else(|| {
+                p.spawn
+                    .map_or(self.unknown.clone(), |s| label(&s.parent_comm))
+            });
+        // Its last exec; else, if it predates tracing, what /proc showed it running then;
+        // else, when every exec attempt failed, `not found: NAME`; else, if it was created
+        // under tracing, its parent's binary; else its own name at exit.
         let binary = p
             .last_exec_path()
+            .or_else(|| self.trace.found_binary(&p.key))
             .cloned()
+            .or_else(|| p.failed_exec_label().map(Shared::from))
             .or_else(|| p.spawn.map(|_| parent_binary.clone()))
             .or_else(|| p.exit.map(|x| label(&x.comm)))
             .unwrap_or_else(|| self.unknown.clone());
@@ -153,5 +166,35 @@ mod tests {
         assert_eq!(done[0].method, Method::Fork);
         assert!(done[0].phases.get(Phase::SpawnCost).unwrap() > 0);
         assert_eq!(live.in_flight(), 1, "the root has not exited");
+    }
+
+    /// top and monitor label a process that existed before tracing from /proc, and its
+    /// children's parent too (they were `[comm]` and `?`).
+    #[test]
+    fn processes_found_running_keep_their_proc_labels() {
+        let mut live = Live::default();
+        let bash = key(300, 0);
+        let child = key(301, 1_000);
+        live.found(&Found {
+            pid: 300,
+            binary: b"/usr/bin/bash".to_vec(),
+            parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
+        });
+        live.ingest(spawn(bash, child, 56, SIGCHLD));
+        live.ingest(exit(child, 0));
+        live.ingest(exit(bash, 0));
+        let done = live.sweep(GRACE_NS, &|_| false);
+        let labels: Vec<(&[u8], &[u8])> = done
+            .iter()
+            .map(|f| (&*f.binary, &*f.parent_binary))
+            .collect();
+        assert!(
+            labels.contains(&(b"/usr/bin/bash", b"/usr/sbin/sshd")),
+            "{labels:?}"
+        );
+        assert!(
+            labels.contains(&(b"/usr/bin/bash", b"/usr/bin/bash")),
+            "{labels:?}"
+        );
     }
 }

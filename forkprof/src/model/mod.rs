@@ -5,6 +5,7 @@ pub mod diff;
 pub mod hints;
 pub mod live;
 pub mod method;
+pub mod mounts;
 pub mod phases;
 pub mod report;
 pub mod stats;

@@ -7,6 +7,7 @@ use serde::Serialize;
 use forkprof_common::ProcKey;
 
 use super::hints::Hint;
+use super::mounts::{Mount, mount_of};
 use super::phases::{Phase, PhaseMap, atime_updates};
 use super::stats::{Accumulator, Summary};
 use super::trace::{Binaries, ExitStatus, LostCounts, Shared};
@@ -31,6 +32,10 @@ pub struct Report {
     pub groups: BTreeMap<&'static str, Vec<GroupRow>>,
     /// Findings, each with its numbers and what to do.
     pub hints: Vec<Hint>,
+    /// The mount holding the binaries of the processes with the most atime updates, when
+    /// the recording machine's mounts are known (what the atime hint advises on).
+    #[serde(skip)]
+    pub atime_mount: Option<Mount>,
     /// One row per process (omitted when `Context::processes` is false).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub processes: Option<Vec<ProcessRow>>,
@@ -67,7 +72,12 @@ pub struct GroupRow {
     pub binary: String,
     pub processes: u64,
     pub execs: u64,
+    /// The failed exec attempts of the group's processes (a PATH search's, say): they count
+    /// in the row of the process that made them, with their `exec_failed` time.
     pub failed_execs: u64,
+    /// Every path those attempts named, with how often (absent when none failed).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_exec_paths: BTreeMap<String, u64>,
     /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
     pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
@@ -235,6 +245,7 @@ struct Group {
     processes: u64,
     execs: u64,
     failed_execs: u64,
+    failed_exec_paths: HashMap<Shared, u64>,
     ld_objects: (u64, u64),
     methods: BTreeMap<&'static str, u64>,
     values: Phased,
@@ -286,12 +297,15 @@ impl Group {
         }
     }
 
-    fn add_execs(&mut self, p: &Process) {
+    /// Counts the process's failed exec attempts, and its successful execs when
+    /// `successful`.
+    fn add_execs(&mut self, p: &Process, successful: bool) {
         for e in &p.execs {
             if e.errno == 0 {
-                self.execs += 1;
+                self.execs += u64::from(successful);
             } else {
                 self.failed_execs += 1;
+                *self.failed_exec_paths.entry(e.path.clone()).or_default() += 1;
             }
         }
     }
@@ -302,6 +316,11 @@ impl Group {
             processes: self.processes,
             execs: self.execs,
             failed_execs: self.failed_execs,
+            failed_exec_paths: self
+                .failed_exec_paths
+                .iter()
+                .map(|(path, n)| (escape(path), *n))
+                .collect(),
             ld_objects_mean: (self.ld_objects.1 > 0)
                 .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),
             methods: self.methods,
@@ -422,6 +441,8 @@ impl Report {
         let mut spawn_cost_total = 0u64;
         let mut filtered_threads = 0u64;
         let mut folded: HashMap<Shared, u64> = HashMap::new();
+        // Atime updates by the mount of the binary (index into `trace.mounts`).
+        let mut atime_by_mount: HashMap<usize, u64> = HashMap::new();
 
         for &i in &order {
             let p = &trace.processes[i];
@@ -440,6 +461,11 @@ impl Report {
             }
             let atime = atime_updates(p);
             summary.atime_updates = summary.atime_updates.saturating_add(atime);
+            if atime > 0
+                && let Some(i) = mount_of(&trace.mounts, &bins.last)
+            {
+                *atime_by_mount.entry(i).or_default() += atime;
+            }
             if let Some(s) = &p.spawn {
                 spawn_times.push(s.start_ns);
                 *methods.entry(p.method.name()).or_default() += 1;
@@ -474,17 +500,16 @@ impl Report {
                 };
                 group.add_process(p, &ph);
                 if *by == GroupBy::Binary {
-                    // Execs count under the path they named, failed ones too.
-                    for e in &p.execs {
-                        let g = map.entry(e.path.clone()).or_default();
-                        if e.errno == 0 {
-                            g.execs += 1;
-                        } else {
-                            g.failed_execs += 1;
-                        }
+                    // Failed attempts count in the process's own row, where their
+                    // `exec_failed` time is: a PATH search is one finding, in the row of
+                    // the binary finally exec'd, or of `not found: NAME`. Successful execs
+                    // count under the path they named.
+                    group.add_execs(p, false);
+                    for e in p.execs.iter().filter(|e| e.errno == 0) {
+                        map.entry(e.path.clone()).or_default().execs += 1;
                     }
                 } else {
-                    group.add_execs(p);
+                    group.add_execs(p, true);
                 }
             }
             if ctx.processes {
@@ -548,6 +573,10 @@ impl Report {
             phases: all.summaries(),
             groups,
             hints: Vec::new(),
+            atime_mount: atime_by_mount
+                .into_iter()
+                .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
+                .map(|(i, _)| trace.mounts[i].clone()),
             processes: ctx.processes.then_some(processes),
             folded: ctx.folded.then(|| {
                 let mut v: Vec<(String, u64)> =

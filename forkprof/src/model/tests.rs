@@ -117,13 +117,14 @@ fn report_groups_by_binary_and_parent() {
         .iter()
         .find(|r| r.binary == "/bin/cc")
         .unwrap();
-    assert_eq!((cc.processes, cc.execs), (1, 1));
-    let failed = report
-        .group(GroupBy::Binary)
-        .iter()
-        .find(|r| r.binary == "/usr/local/bin/cc")
-        .unwrap();
-    assert_eq!((failed.processes, failed.failed_execs), (0, 1));
+    // The failed attempt before it (a PATH search) counts in its row, not in a row of its own.
+    assert_eq!((cc.processes, cc.execs, cc.failed_execs), (1, 1, 1));
+    assert!(
+        report
+            .group(GroupBy::Binary)
+            .iter()
+            .all(|r| r.binary != "/usr/local/bin/cc")
+    );
     let make = report
         .group(GroupBy::Parent)
         .iter()
@@ -312,5 +313,173 @@ fn hints_do_not_change_with_the_view() {
     assert_eq!(
         report.groups.keys().copied().collect::<Vec<_>>(),
         ["method"]
+    );
+}
+
+/// A PATH search is one finding: the failed attempts count in the row of the binary that
+/// was finally exec'd, beside their `exec_failed` time, and a search that found nothing is
+/// one `not found: NAME` row; every path tried is kept in the row's JSON. (The failed
+/// attempts used to get a row each, with 0 processes, and the binary's row showed 0 failed
+/// execs next to its `exec_failed` time.)
+#[test]
+fn a_path_search_is_one_finding_in_the_row_of_the_binary_execd() {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    t.ingest(exec(root, 100_000, b"/usr/bin/gcc", 0, 0));
+    let dirs: [&[u8]; 2] = [b"/usr/local/bin/as", b"/root/bin/as"];
+    for i in 0..3 {
+        let c = key(10 + i, 1_000_000 * u64::from(i + 1));
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        for (n, path) in dirs.iter().enumerate() {
+            t.ingest(exec(c, c.start_ns + 100 + n as u64, path, libc::ENOENT, 0));
+        }
+        t.ingest(exec(c, c.start_ns + 200_000, b"/usr/bin/as", 0, 0));
+    }
+    // A search that found nothing (EACCES in one directory: execvp says so).
+    let lost = key(20, 9_000_000);
+    t.ingest(spawn(root, lost, 56, SIGCHLD));
+    t.ingest(exec(lost, 9_000_100, b"/usr/local/bin/ld", libc::ENOENT, 0));
+    t.ingest(exec(lost, 9_000_200, b"/usr/bin/ld", libc::EACCES, 0));
+    let gone = key(21, 9_500_000);
+    t.ingest(spawn(root, gone, 56, SIGCHLD));
+    t.ingest(exec(
+        gone,
+        9_500_100,
+        b"/usr/local/bin/cc1",
+        libc::ENOENT,
+        0,
+    ));
+    t.ingest(exec(gone, 9_500_200, b"/usr/bin/cc1", libc::ENOTDIR, 0));
+
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let rows = report.group(GroupBy::Binary);
+    let names: Vec<&str> = rows.iter().map(|r| r.binary.as_str()).collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.starts_with("/usr/local/") && !n.starts_with("/root/")),
+        "no row per directory tried: {names:?}"
+    );
+    let row = |name: &str| rows.iter().find(|r| r.binary == name).unwrap();
+    let r#as = row("/usr/bin/as");
+    assert_eq!((r#as.processes, r#as.execs, r#as.failed_execs), (3, 3, 6));
+    let failed = r#as.phases.get(Phase::ExecFailed).unwrap();
+    assert_eq!((failed.count, failed.total), (3, 6 * 10_000));
+    assert_eq!(
+        r#as.failed_exec_paths,
+        [
+            ("/root/bin/as".to_string(), 3),
+            ("/usr/local/bin/as".into(), 3)
+        ]
+        .into()
+    );
+    let cc1 = row("not found: cc1");
+    assert_eq!((cc1.processes, cc1.execs, cc1.failed_execs), (1, 0, 2));
+    let ld = row("cannot execute: ld");
+    assert_eq!((ld.processes, ld.failed_execs), (1, 2));
+    assert_eq!(row("/usr/bin/gcc").failed_execs, 0);
+    // The summary and the parent grouping count every attempt.
+    assert_eq!(report.summary.failed_execs, 10);
+    let gcc = &report.group(GroupBy::Parent)[0];
+    assert_eq!(
+        (gcc.binary.as_str(), gcc.failed_execs),
+        ("/usr/bin/gcc", 10)
+    );
+    assert_eq!(gcc.failed_exec_paths.values().sum::<u64>(), 10);
+}
+
+/// A process that existed before tracing began is labelled from /proc (`Found`): its
+/// binary, its parent's, and the binary its children were forked from. It used to be
+/// `[forkprof]` for all three.
+#[test]
+fn processes_found_running_are_labelled_from_proc() {
+    use super::trace::Found;
+    let mut t = Trace::default();
+    let bash = key(300, 0);
+    let child = key(301, 5_000_000);
+    // bash (pre-existing) forks a child that execs ls, then exits; it never execs.
+    t.ingest(spawn(bash, child, 56, SIGCHLD));
+    t.ingest(exec(child, 5_200_000, b"/usr/bin/ls", 0, 0));
+    t.ingest(exit(child, 0));
+    t.ingest(exit(bash, 0));
+    let labels = |t: &Trace| {
+        let b = t.binaries(&t.by_start());
+        let at = |k: ProcKey| t.processes.iter().position(|p| p.key == k).unwrap();
+        (
+            b[at(bash)].last.to_vec(),
+            b[at(bash)].at_spawn.to_vec(),
+            b[at(child)].at_spawn.to_vec(),
+        )
+    };
+    let (own, parent, childs_parent) = labels(&t);
+    assert!(
+        ![&own, &parent, &childs_parent]
+            .iter()
+            .any(|l| l.as_slice() == b"[forkprof]"),
+        "forkprof did not start it"
+    );
+    t.found(&Found {
+        pid: 300,
+        binary: b"/usr/bin/bash".to_vec(),
+        parent_binary: Some(b"/usr/bin/tmux".to_vec()),
+    });
+    let (own, parent, childs_parent) = labels(&t);
+    assert_eq!(own, b"/usr/bin/bash");
+    assert_eq!(parent, b"/usr/bin/tmux");
+    assert_eq!(childs_parent, b"/usr/bin/bash");
+    // A pre-existing parent seen only in its children's spawn records is not a process of
+    // the report, but still names their parent.
+    let mut t = Trace::default();
+    t.found(&Found {
+        pid: 400,
+        binary: b"/usr/sbin/cron".to_vec(),
+        parent_binary: None,
+    });
+    let c = key(401, 1_000_000);
+    t.ingest(spawn(key(400, 0), c, 56, SIGCHLD));
+    assert_eq!(t.processes.len(), 1);
+    assert_eq!(&*t.binaries(&[0])[0].at_spawn, b"/usr/sbin/cron");
+    // The process `forkprof run` started is still forkprof's.
+    let s = sample();
+    let b = s.binaries(&s.by_start());
+    let root = s.processes.iter().position(|p| p.key == key(1, 0)).unwrap();
+    assert_eq!(&*b[root].at_spawn, b"[forkprof]");
+}
+
+/// The atime hint reads the mount of the binaries with the most updates: relatime is only
+/// suggested where a mount is strictatime (it used to be suggested on relatime mounts,
+/// where it is already in force); noatime or lazytime is what removes the cost.
+#[test]
+fn hint_atime_suggests_what_the_mount_lacks() {
+    use super::mounts::parse_mountinfo;
+    let atime_hint = |mountinfo: &str| {
+        let mut t = sample();
+        t.mounts = parse_mountinfo(mountinfo);
+        Report::build(&t, &Context::for_run(&|_| false))
+            .hints
+            .into_iter()
+            .find(|h| h.rule == "atime")
+            .expect("atime hint")
+            .text
+    };
+    let relatime = atime_hint("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n");
+    assert!(relatime.contains("`/` (relatime)"), "{relatime}");
+    assert!(relatime.contains("noatime or lazytime"), "{relatime}");
+    assert!(!relatime.contains("with relatime"), "{relatime}");
+    let strict = atime_hint(
+        "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n30 22 7:0 / /bin rw - ext4 /dev/loop0 rw\n",
+    );
+    assert!(strict.contains("`/bin` (strictatime)"), "{strict}");
+    assert!(strict.contains("relatime leaves one"), "{strict}");
+    let none = atime_hint("22 1 8:1 / / rw,noatime - ext4 /dev/sda1 rw\n");
+    assert!(none.contains("other files"), "{none}");
+    let lazy = atime_hint("22 1 8:1 / / rw,relatime - xfs /dev/sda1 rw,lazytime\n");
+    assert!(lazy.contains("other files"), "{lazy}");
+    // Mounts not known (a recording of schema 3): nothing that assumes them.
+    let unknown = atime_hint("");
+    assert!(
+        unknown.contains("noatime or lazytime") && unknown.contains("relatime, the default, still"),
+        "{unknown}"
     );
 }

@@ -11,6 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::Method;
 use super::method::Spawned;
+use super::mounts::Mount;
 use crate::decode::{Record, c_bytes};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -179,7 +180,6 @@ impl Process {
         self.spawn.map(|s| s.start_ns).unwrap_or(self.key.start_ns)
     }
 
-    /// Path of the last successful exec before `t_ns`.
     /// The path of its last successful exec: the binary a process counts as, when it exec'd.
     pub fn last_exec_path(&self) -> Option<&Shared> {
         self.execs
@@ -189,6 +189,34 @@ impl Process {
             .map(|e| &e.path)
     }
 
+    /// How a process none of whose exec attempts succeeded counts: `not found: NAME` when
+    /// every attempt failed with ENOENT or ENOTDIR (an execvp PATH search that found nothing),
+    /// else `cannot execute: NAME`. NAME is the file name of the last attempt (what execvp
+    /// was asked for); the attempts' full paths are in the JSON. `None` when the process made
+    /// no attempt, or one succeeded.
+    pub fn failed_exec_label(&self) -> Option<Vec<u8>> {
+        let last = self.execs.last()?;
+        if self.execs.iter().any(|e| e.errno == 0) {
+            return None;
+        }
+        let missing = self
+            .execs
+            .iter()
+            .all(|e| e.errno == libc::ENOENT || e.errno == libc::ENOTDIR);
+        let prefix: &[u8] = if missing {
+            b"not found: "
+        } else {
+            b"cannot execute: "
+        };
+        let name = last
+            .path
+            .rsplit(|&b| b == b'/')
+            .next()
+            .unwrap_or(&last.path);
+        Some([prefix, name].concat())
+    }
+
+    /// Path of the last successful exec before `t_ns`.
     pub fn exec_path_before(&self, t_ns: u64) -> Option<&Shared> {
         self.execs
             .iter()
@@ -227,6 +255,25 @@ impl ExitStatus {
     }
 }
 
+/// A process that existed before tracing began (its records carry `start_ns == 0`), as /proc
+/// showed it when tracing started: its records start mid-life, so they name neither the
+/// binary it runs nor its parent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub pid: u32,
+    /// `/proc/PID/exe`, else `[comm]` (a kernel thread, or an exe that could not be read).
+    pub binary: Vec<u8>,
+    /// The same of its parent (`/proc/PID/stat`'s ppid), when known.
+    pub parent_binary: Option<Vec<u8>>,
+}
+
+/// What the trace keeps of a `Found`.
+#[derive(Clone, Debug)]
+struct FoundLabels {
+    binary: Shared,
+    parent_binary: Option<Shared>,
+}
+
 #[derive(Debug)]
 pub struct Trace {
     /// Every process, in order of first sight; `index` finds one by key.
@@ -245,6 +292,10 @@ pub struct Trace {
     pub last_ns: u64,
     /// The process `forkprof run` started.
     pub root: Option<ProcKey>,
+    /// Processes that existed before tracing began, by pid (see `Found`).
+    found: HashMap<u32, FoundLabels>,
+    /// The recording machine's mounts when tracing began (empty: not known).
+    pub mounts: Vec<Mount>,
 }
 
 impl Default for Trace {
@@ -262,6 +313,8 @@ impl Default for Trace {
             first_ns: None,
             last_ns: 0,
             root: None,
+            found: HashMap::new(),
+            mounts: Vec::new(),
         }
     }
 }
@@ -330,6 +383,31 @@ impl Trace {
         self.root = Some(key);
     }
 
+    /// Labels a process that existed before tracing began (see `Found`).
+    pub fn found(&mut self, found: &Found) {
+        let labels = FoundLabels {
+            binary: self.intern(&found.binary),
+            parent_binary: found.parent_binary.as_deref().map(|b| self.intern(b)),
+        };
+        self.found.insert(found.pid, labels);
+    }
+
+    /// The binary a process that existed before tracing began was running then, from /proc.
+    pub fn found_binary(&self, key: &ProcKey) -> Option<&Shared> {
+        if key.start_ns != 0 {
+            return None;
+        }
+        self.found.get(&key.pid).map(|f| &f.binary)
+    }
+
+    /// The binary of the parent of a process that existed before tracing began, from /proc.
+    pub fn found_parent_binary(&self, key: &ProcKey) -> Option<&Shared> {
+        if key.start_ns != 0 {
+            return None;
+        }
+        self.found.get(&key.pid)?.parent_binary.as_ref()
+    }
+
     pub fn ingest(&mut self, record: Record) {
         let ts = match &record {
             Record::Spawn(r) => r.hdr.ts_ns,
@@ -351,12 +429,15 @@ impl Trace {
                     }
                 }
                 Spawned::Process(method) => {
-                    let inherited = self.get(&r.parent).and_then(|parent| {
-                        parent
-                            .exec_path_before(r.hdr.ts_ns)
-                            .cloned()
-                            .or_else(|| parent.inherited.clone())
-                    });
+                    let inherited = self
+                        .get(&r.parent)
+                        .and_then(|parent| {
+                            parent
+                                .exec_path_before(r.hdr.ts_ns)
+                                .cloned()
+                                .or_else(|| parent.inherited.clone())
+                        })
+                        .or_else(|| self.found_binary(&r.parent).cloned());
                     let p = self.process(r.hdr.proc);
                     p.parent = Some(r.parent);
                     p.inherited = inherited;
@@ -406,8 +487,13 @@ impl Trace {
     }
 
     /// For each process (by index): its binary when it was created (the parent's binary at
-    /// that time), and its final binary (its last successful exec, else the one it was
-    /// created with).
+    /// that time), and its final binary (its last successful exec; else, when every exec
+    /// attempt failed, `not found: NAME`; else the one it was created with).
+    ///
+    /// A process not created under tracing has no parent record. The one `forkprof run`
+    /// started was created by forkprof (`[forkprof]`). One that existed before tracing began
+    /// runs the binary /proc showed then (`Found`), created by its parent's; without that
+    /// label (a recording of schema 3 or older), its name at exit (`[comm]`), else `[?]`.
     pub fn binaries(&self, order: &[usize]) -> Vec<Binaries> {
         let mut labels: HashMap<Vec<u8>, Shared> = HashMap::new();
         let mut label = |bytes: Vec<u8>| -> Shared {
@@ -417,32 +503,59 @@ impl Trace {
                 .clone()
         };
         let forkprof = label(b"[forkprof]".to_vec());
+        let unknown = label(b"[?]".to_vec());
+        // The binary each process ran before its first exec seen.
+        let mut initial: Vec<Option<Shared>> = vec![None; self.processes.len()];
         let mut out: Vec<Option<Binaries>> = vec![None; self.processes.len()];
         for &i in order {
             let p = &self.processes[i];
             let parent = p.parent.and_then(|k| self.index.get(&k).copied());
-            let at_spawn = match (p.parent, parent) {
-                (None, _) => forkprof.clone(),
-                (Some(_), Some(pi)) => match self.processes[pi].exec_path_before(p.start_ns()) {
-                    Some(path) => path.clone(),
-                    None => match &out[pi] {
-                        Some(b) => b.at_spawn.clone(),
-                        None => label(parent_comm_label(p)),
-                    },
+            let (at_spawn, before_exec) = match (p.parent, parent) {
+                (None, _) if self.root == Some(p.key) => (forkprof.clone(), forkprof.clone()),
+                (None, _) => match self.found.get(&p.key.pid).filter(|_| p.key.start_ns == 0) {
+                    Some(f) => (
+                        f.parent_binary.clone().unwrap_or_else(|| unknown.clone()),
+                        f.binary.clone(),
+                    ),
+                    None => (
+                        unknown.clone(),
+                        p.exit
+                            .map_or_else(|| unknown.clone(), |x| label(comm_label(&x.comm))),
+                    ),
                 },
-                (Some(_), None) => label(parent_comm_label(p)),
+                (Some(_), Some(pi)) => {
+                    let b = match self.processes[pi].exec_path_before(p.start_ns()) {
+                        Some(path) => path.clone(),
+                        None => match &initial[pi] {
+                            Some(b) => b.clone(),
+                            None => label(parent_comm_label(p)),
+                        },
+                    };
+                    (b.clone(), b)
+                }
+                (Some(k), None) => {
+                    let b = match self.found_binary(&k) {
+                        Some(b) => b.clone(),
+                        None => label(parent_comm_label(p)),
+                    };
+                    (b.clone(), b)
+                }
             };
-            let last = p
-                .last_exec_path()
-                .cloned()
-                .unwrap_or_else(|| at_spawn.clone());
+            let last = match p.last_exec_path() {
+                Some(path) => path.clone(),
+                None if self.found_binary(&p.key).is_some() => before_exec.clone(),
+                None => p
+                    .failed_exec_label()
+                    .map_or_else(|| before_exec.clone(), &mut label),
+            };
+            initial[i] = Some(before_exec);
             out[i] = Some(Binaries { at_spawn, last });
         }
         out.into_iter()
             .map(|b| {
                 b.unwrap_or_else(|| Binaries {
-                    at_spawn: forkprof.clone(),
-                    last: forkprof.clone(),
+                    at_spawn: unknown.clone(),
+                    last: unknown.clone(),
                 })
             })
             .collect()

@@ -79,23 +79,32 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             "name": "process_name", "ph": "M", "pid": id,
             "args": {"name": format!("{bin} [{}]", p.key.pid)},
         }))?;
-        let created = p
-            .spawn
-            .map(|s| s.ts_ns.min(p.key.start_ns.max(s.start_ns)))
-            .unwrap_or(p.key.start_ns);
-        let created = if created == 0 { t.origin } else { created };
-        let end = p
-            .exit
-            .map(|x| x.exit_ns.saturating_add(x.exit_teardown_ns))
-            .unwrap_or(trace.last_ns)
-            .max(created);
-        t.slice(
-            id,
-            "process",
-            created,
-            end - created,
-            json!({"pid": p.key.pid, "method": p.method.name()}),
-        )?;
+        // Only what was seen is drawn. The process slice starts at its creation; a process
+        // not created under tracing (the one `run` started, or one that existed before
+        // tracing began) starts at its first exec, and without one it has no slice: its
+        // start is unknown, and a slice from the trace's start would be made up.
+        let created = match &p.spawn {
+            Some(s) => Some(s.ts_ns.min(p.key.start_ns.max(s.start_ns))),
+            None => p
+                .execs
+                .first()
+                .map(|e| e.ts_ns.saturating_sub(e.exec_ns).max(t.origin)),
+        };
+        if let Some(created) = created {
+            let end = p
+                .exit
+                .map(|x| x.exit_ns.saturating_add(x.exit_teardown_ns))
+                .unwrap_or(trace.last_ns)
+                .max(created);
+            t.slice(
+                id,
+                "process",
+                created,
+                end - created,
+                json!({"pid": p.key.pid, "method": p.method.name()}),
+            )?;
+        }
+        let created = created.unwrap_or(t.origin);
         if let Some(s) = &p.spawn
             && let Some(parent) = p.parent.and_then(|k| track.get(&k))
         {
@@ -138,20 +147,23 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
                 e.exec_ns,
                 json!({"path": escape(&e.path)}),
             )?;
-            t.slice(
-                id,
-                Phase::ExecPrepare.name(),
-                start,
-                e.exec_prepare_ns,
-                json!({}),
-            )?;
-            t.slice(
-                id,
-                Phase::ExecLoad.name(),
-                start.saturating_add(e.exec_prepare_ns),
-                e.exec_load_ns,
-                json!({}),
-            )?;
+            // 0: the point of no return was not seen (its hook did not attach).
+            if e.exec_prepare_ns > 0 {
+                t.slice(
+                    id,
+                    Phase::ExecPrepare.name(),
+                    start,
+                    e.exec_prepare_ns,
+                    json!({}),
+                )?;
+                t.slice(
+                    id,
+                    Phase::ExecLoad.name(),
+                    start.saturating_add(e.exec_prepare_ns),
+                    e.exec_load_ns,
+                    json!({}),
+                )?;
+            }
         }
         for ld in &p.lds {
             if ld.outcome != ld_outcome::COMPLETE {
@@ -190,4 +202,45 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
     }
     t.out.write_all(b"\n]}\n")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::Record;
+    use crate::model::tests_support::*;
+
+    /// Only what was seen is drawn: a process that existed before tracing began has no
+    /// process slice (it used to span from the trace's start, 9 s in a system-wide
+    /// recording), and an exec whose point of no return was not seen has no empty
+    /// exec_prepare and exec_load slices.
+    #[test]
+    fn draws_no_phase_that_was_not_seen() {
+        let mut t = Trace::default();
+        let old = key(300, 0);
+        let child = key(301, 5_000_000);
+        t.ingest(spawn(old, child, 56, SIGCHLD));
+        let Record::Exec(mut e) = exec(child, 9_000_000, b"/bin/ls", 0, 0) else {
+            unreachable!()
+        };
+        (e.exec_prepare_ns, e.exec_load_ns) = (0, 0);
+        t.ingest(Record::Exec(e));
+        t.ingest(exit(child, 0));
+        t.ingest(exit(old, 0));
+        let mut out = Vec::new();
+        write(&t, &Filter::default(), &mut out).unwrap();
+        let json: Value = serde_json::from_slice(&out).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        let slices = |name: &str| {
+            events
+                .iter()
+                .filter(|e| e["ph"] == "X" && e["name"] == name)
+                .count()
+        };
+        assert_eq!(slices("process"), 1, "only the child's creation was seen");
+        assert_eq!(slices("fork"), 1);
+        assert_eq!(slices("exec"), 1);
+        assert_eq!(slices("exec_prepare") + slices("exec_load"), 0);
+        assert_eq!(slices("exit_teardown"), 2, "both exits were seen");
+    }
 }

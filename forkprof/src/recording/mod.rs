@@ -9,7 +9,9 @@ pub use writer::Writer;
 
 /// Bumped on any incompatible change; a reader refuses newer versions and reads older ones.
 /// 2: `lds.static_start_ns`, `execs.child_run_ns`, `exits.child_run_ns`.
-pub const RECORDING_SCHEMA: u32 = 3;
+/// 3: `execs.cow_fault_ns`, `exits.cow_fault_ns`.
+/// 4: the `found` table (processes that existed before tracing, labelled from /proc).
+pub const RECORDING_SCHEMA: u32 = 4;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

@@ -15,6 +15,7 @@ use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use super::{RECORDING_SCHEMA, ld_outcome_code};
 use crate::decode::Record;
 use crate::model::Trace;
+use crate::model::trace::Found;
 
 #[derive(Debug)]
 pub struct RecordingError {
@@ -178,14 +179,46 @@ impl Recording {
         trace.reserve(n.max(0) as usize);
         self.for_each_record(&mut |r| trace.ingest(r))
             .map_err(|e| self.err(e))?;
+        for found in self.found().map_err(|e| self.err(e))? {
+            trace.found(&found);
+        }
         let num = |k: &str| self.meta.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         trace.lost.ringbuf_full = num("lost_ringbuf_full");
         trace.lost.state_map_full = num("lost_state_map_full");
         trace.lost.undecodable = num("lost_undecodable");
+        // Schema 4: the recording machine's mounts (the atime hint's advice).
+        trace.mounts = self
+            .meta
+            .get("mounts")
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
         if let Some(root) = self.meta.get("root_pid").and_then(|v| v.parse().ok()) {
             trace.set_root(root);
         }
         Ok(trace)
+    }
+
+    /// The labels of the processes found running when tracing started (schema 4; none
+    /// before).
+    fn found(&self) -> rusqlite::Result<Vec<Found>> {
+        if self.schema_version() < 4 {
+            return Ok(Vec::new());
+        }
+        let bytes = |v: ValueRef<'_>| match v {
+            ValueRef::Text(b) | ValueRef::Blob(b) => Some(b.to_vec()),
+            _ => None,
+        };
+        let mut s = self
+            .conn
+            .prepare("SELECT pid, binary, parent_binary FROM found")?;
+        let rows = s.query_map([], |r| {
+            Ok(Found {
+                pid: r.get(0)?,
+                binary: bytes(r.get_ref(1)?).unwrap_or_default(),
+                parent_binary: bytes(r.get_ref(2)?),
+            })
+        })?;
+        rows.collect()
     }
 
     /// Every stored record, table by table (spawns, execs, dynamic-linker windows, exits),
@@ -333,4 +366,63 @@ fn comm(r: &rusqlite::Row, i: usize) -> rusqlite::Result<[u8; COMM_LEN]> {
     let mut buf = [0u8; COMM_LEN];
     fill(&mut buf, r.get_ref(i)?);
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::tests_support::{exit, key, spawn};
+    use crate::model::trace::Found;
+    use crate::recording::Writer;
+
+    /// Schema 4 keeps the labels from /proc of the processes found running, so `report
+    /// FILE` labels them as the live report did; a schema 3 recording (no `found` table)
+    /// still reads.
+    #[test]
+    fn found_labels_are_recorded_and_schema_3_still_reads() {
+        let dir = std::env::temp_dir().join(format!("forkprof-reader-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("found.db");
+        let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
+        let (bash, child) = (key(300, 0), key(301, 1_000));
+        writer.found(&Found {
+            pid: 300,
+            binary: b"/usr/bin/bash".to_vec(),
+            parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
+        });
+        for r in [spawn(bash, child, 56, 17), exit(child, 0), exit(bash, 0)] {
+            writer.record(&r);
+        }
+        let trace = Trace::default();
+        let report = crate::model::Report::build(
+            &trace,
+            &crate::model::report::Context::for_run(&|_| false),
+        );
+        writer.finish(&trace, &report, Vec::new()).unwrap();
+        let labels = |path: &Path| {
+            let t = Recording::open(path).unwrap().load(false).unwrap();
+            let b = t.binaries(&t.by_start());
+            let i = t.processes.iter().position(|p| p.key == bash).unwrap();
+            (b[i].last.to_vec(), b[i].at_spawn.to_vec())
+        };
+        assert_eq!(
+            labels(&path),
+            (b"/usr/bin/bash".to_vec(), b"/usr/sbin/sshd".to_vec())
+        );
+        let v3 = dir.join("v3.db");
+        std::fs::copy(&path, &v3).unwrap();
+        let conn = Connection::open(&v3).unwrap();
+        conn.execute_batch(
+            "DROP TABLE found; UPDATE meta SET value = '3' WHERE key = 'schema_version'",
+        )
+        .unwrap();
+        drop(conn);
+        let (own, _) = labels(&v3);
+        assert_eq!(
+            own, b"[]",
+            "schema 3: its name at exit, from the exit record"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,4 +1,4 @@
--- forkprof recording schema, version 3 (see docs/recording.md).
+-- forkprof recording schema, version 4 (see docs/recording.md).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- One row per fork-family syscall of a traced process (threads included, method 'thread').
 CREATE TABLE spawns (
@@ -27,6 +27,11 @@ CREATE TABLE exits (
     exit_code INTEGER NOT NULL, notified INTEGER NOT NULL, exit_teardown_ns INTEGER NOT NULL,
     cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL,
     child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL);
+-- Processes that existed before tracing began (their rows above have start_ns 0), as /proc
+-- showed them when tracing started, written when one first appears in a record: the binary
+-- (/proc/PID/exe, else [comm]) and its parent's (NULL when unknown).
+CREATE TABLE found (
+    pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
 -- Written when the recording ends: one row per process, and its phases.
 CREATE TABLE processes (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, parent_pid INTEGER,

@@ -13,7 +13,7 @@ use rusqlite::{Connection, Transaction, params};
 use super::{RECORDING_SCHEMA, SCHEMA, ld_outcome_name};
 use crate::decode::{Record, c_bytes};
 use crate::model::report::Report;
-use crate::model::trace::LostCounts;
+use crate::model::trace::{Found, LostCounts};
 use crate::model::{Method, Trace};
 use crate::privilege::{InvokingUser, create_private_file};
 
@@ -21,6 +21,7 @@ pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 
 enum Msg {
     Record(Box<Record>),
+    Found(Found),
     Lost(LostCounts),
     /// Commit what came before, then answer (see `Writer::dropped`).
     Sync(Sender<()>),
@@ -169,6 +170,16 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
     Ok(())
 }
 
+fn insert_found(tx: &Transaction<'_>, f: &Found) -> rusqlite::Result<()> {
+    tx.prepare_cached("INSERT OR REPLACE INTO found VALUES (?1,?2,?3)")?
+        .execute(params![
+            f.pid,
+            text_or_blob(&f.binary),
+            f.parent_binary.as_deref().map(text_or_blob),
+        ])?;
+    Ok(())
+}
+
 fn set_meta(tx: &Transaction<'_>, items: &[(String, String)]) -> rusqlite::Result<()> {
     let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO meta VALUES (?1, ?2)")?;
     for (k, v) in items {
@@ -210,6 +221,7 @@ fn run(
                     progress.pending += 1;
                     insert(&tx, &r, keep_args)?;
                 }
+                Msg::Found(f) => insert_found(&tx, &f)?,
                 Msg::Lost(l) => set_meta(&tx, &lost_meta(&l))?,
                 Msg::Sync(ack) => {
                     progress.acks.push(ack);
@@ -270,7 +282,7 @@ fn discard(rx: &Receiver<Msg>, mut progress: Progress, dropped: &AtomicU64) {
             Msg::Record(_) => {
                 dropped.fetch_add(1, Ordering::SeqCst);
             }
-            Msg::Lost(_) => {}
+            Msg::Found(_) | Msg::Lost(_) => {}
             Msg::Sync(ack) => {
                 let _ = ack.send(());
             }
@@ -359,6 +371,11 @@ impl Writer {
             let _ = answered.recv();
         }
         self.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Queues the label of a process found running when tracing started.
+    pub fn found(&self, found: &Found) {
+        let _ = self.tx.send(Msg::Found(found.clone()));
     }
 
     pub fn lost(&self, lost: &LostCounts) {

@@ -86,6 +86,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let (bare, rows) = measure::pairs(args, &paths, &clock, &active)?;
     let rows = in_table_order(bare, rows, &tools, &active, &unavailable);
     let forkprof_ran = active.contains(&Tool::Forkprof);
+    // Before the ablation, whose runs write the same report with only some hooks.
+    let check = forkprof_ran
+        .then(|| report::forkprof_check(&paths))
+        .flatten();
     let stats = if (args.bpf_stats || args.ablation) && forkprof_ran {
         bpf_stats::measure(&paths, args.iterations)
             .inspect_err(|e| eprintln!("xtask: bench: --bpf-stats: {e:#}"))
@@ -98,9 +102,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         None
     };
-    let check = forkprof_ran
-        .then(|| report::forkprof_check(&paths))
-        .flatten();
     report::print(
         args,
         &rows,

@@ -154,6 +154,9 @@ pub struct SpawnRecord {
     pub pagetable_copy_ns: u64,
     /// CLONE_VFORK: child created -> parent's syscall returns.
     pub vfork_wait_ns: u64,
+    /// The parent's cgroup v2 id at the syscall's return: the cgroup the child was created
+    /// in (0 where the kernel has no cgroup v2 hierarchy).
+    pub cgroup_id: u64,
     pub parent_comm: [u8; COMM_LEN],
 }
 
@@ -186,6 +189,8 @@ pub struct ExecRecord {
     /// The first exec attempt of a fork child: its first return from the fork -> this
     /// attempt's entry (`child_run`); else 0.
     pub child_run_ns: u64,
+    /// The process's cgroup v2 id when the syscall returned (it may have moved since the fork).
+    pub cgroup_id: u64,
     pub path: [u8; PATH_LEN],
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
@@ -323,10 +328,10 @@ mod pod {
 
 const _: () = assert!(core::mem::size_of::<ProcKey>() == 16);
 const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
-const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 4 + 16);
+const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 5 + 16);
 const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
-        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);

@@ -116,6 +116,14 @@ pub fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
 }
 
+/// The current task's cgroup v2 id (the inode number of its directory in the cgroup2
+/// mount); 0 where the kernel has no cgroup v2 hierarchy.
+#[inline(always)]
+pub fn cgroup_id() -> u64 {
+    // SAFETY: helper without preconditions.
+    unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() }
+}
+
 /// (tgid, tid) of the current task.
 #[inline(always)]
 pub fn current_ids() -> (u32, u32) {

@@ -30,6 +30,8 @@ pub enum Command {
     Report(ReportCmdArgs),
     /// Compare two recordings: what got cheaper or dearer, and whether the change is real.
     Diff(DiffArgs),
+    /// Write a recording's processes, one row each, to an Apache Parquet file.
+    Export(ExportArgs),
     /// A live, system-wide view of process creation per binary (needs root).
     Top(TopArgs),
     /// Export live, system-wide spawn metrics for Prometheus (needs root).
@@ -280,7 +282,7 @@ pub struct DiffArgs {
     /// With `--`: the recordings after the change.
     #[arg(last = true, value_name = "AFTER")]
     pub after: Vec<PathBuf>,
-    /// How to group processes (`cgroup` is not available yet).
+    /// How to group processes.
     #[arg(long, value_enum, default_value_t = GroupArg::Binary)]
     pub by: GroupArg,
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -294,6 +296,26 @@ pub struct DiffArgs {
     /// Write a differential flame graph (SVG) of spawn cost by process ancestry.
     #[arg(long, value_name = "OUT.svg", value_parser = writable_path)]
     pub flamegraph: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "The columns are documented in docs/recording.md. The files of several \
+                  hosts read as one table: SELECT host, \"binary\", count(*) FROM \
+                  'fleet/*.parquet' GROUP BY ALL (DuckDB)"
+)]
+pub struct ExportArgs {
+    /// The recording (`record -o` or `run -o`).
+    pub file: PathBuf,
+    /// Write one row per process to this Parquet file (mode 0600).
+    #[arg(long, value_name = "OUT", value_parser = writable_path)]
+    pub parquet: PathBuf,
+    /// The value of the `host` column (default: the host name the recording was made on).
+    #[arg(long, value_name = "NAME")]
+    pub host: Option<String>,
+    /// Overwrite OUT if it exists (otherwise forkprof refuses, exit 2).
+    #[arg(long)]
+    pub force: bool,
 }
 
 fn parse_noise(s: &str) -> Result<f64, String> {
@@ -343,6 +365,10 @@ pub enum GroupArg {
     Method,
     /// The chain of binaries from the root to the process (make;sh;gcc;cc1).
     Ancestry,
+    /// The process's cgroup v2 path (where it exec'd, else where it was created).
+    Cgroup,
+    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    Unit,
 }
 
 impl From<GroupArg> for GroupBy {
@@ -352,6 +378,8 @@ impl From<GroupArg> for GroupBy {
             GroupArg::Parent => Self::Parent,
             GroupArg::Method => Self::Method,
             GroupArg::Ancestry => Self::Ancestry,
+            GroupArg::Cgroup => Self::Cgroup,
+            GroupArg::Unit => Self::Unit,
         }
     }
 }

@@ -97,6 +97,7 @@ mod tests {
             fork_ns: 3,
             pagetable_copy_ns: 2,
             vfork_wait_ns: 0,
+            cgroup_id: 7,
             parent_comm: [b'x'; COMM_LEN],
         }
     }

@@ -3,6 +3,7 @@
 //! without root; the rest loads and drives the eBPF programs.
 pub mod btf;
 pub mod capabilities;
+pub mod cgroups;
 pub mod cli;
 pub mod cmd;
 pub mod collector;

@@ -42,6 +42,7 @@ fn main() {
         cli::Command::Record(args) => cmd::record::run(args),
         cli::Command::Report(args) => cmd::report::run(args),
         cli::Command::Diff(args) => cmd::diff::run(args),
+        cli::Command::Export(args) => cmd::export::run(args),
         cli::Command::Top(args) => cmd::top::run(args),
         cli::Command::Monitor(args) => cmd::monitor::run(args),
         cli::Command::Bench(args) => cmd::bench::run(args),

@@ -8,6 +8,7 @@ use aya::maps::MapData;
 use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::cgroups::CgroupNames;
 use crate::collector::Collector;
 use crate::decode::Record;
 use crate::elf::InterpCache;
@@ -235,14 +236,36 @@ impl Tracer {
     }
 }
 
+/// The names a trace session gives beyond its records: /proc's labels of the processes
+/// found running when tracing started, and the paths of cgroup ids.
+struct Names {
+    found: Snapshot,
+    cgroups: CgroupNames,
+}
+
 /// Where a trace session's records go: the recording, if any, then the trace. A process
-/// found running when tracing started gets its label from /proc first.
-fn keep(trace: &mut Trace, writer: Option<&Writer>, found: &mut Snapshot, record: Record) {
-    for f in found.first_sight(&record).iter().flatten() {
+/// found running when tracing started gets its label from /proc first, and a cgroup id its
+/// path when it is first seen.
+fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: Record) {
+    for f in names.found.first_sight(&record).iter().flatten() {
         if let Some(w) = writer {
             w.found(f);
         }
         trace.found(f);
+    }
+    let cgroup = match &record {
+        Record::Spawn(r) => r.cgroup_id,
+        Record::Exec(r) => r.cgroup_id,
+        _ => 0,
+    };
+    if cgroup != 0
+        && !trace.knows_cgroup(cgroup)
+        && let Some(path) = names.cgroups.get(cgroup)
+    {
+        if let Some(w) = writer {
+            w.cgroup(cgroup, path);
+        }
+        trace.cgroup(cgroup, path);
     }
     if let Some(w) = writer {
         w.record(&record);
@@ -257,8 +280,8 @@ pub struct TraceSession {
     writer: Option<Writer>,
     pub trace: Trace,
     /// The processes that existed before tracing began (all, or those added with
-    /// `trace_pid`), as /proc showed them.
-    found: Snapshot,
+    /// `trace_pid`), as /proc showed them, and the cgroups' paths.
+    names: Names,
     started: Instant,
 }
 
@@ -303,7 +326,10 @@ impl TraceSession {
             tracer,
             writer,
             trace,
-            found,
+            names: Names {
+                found,
+                cgroups: CgroupNames::new(),
+            },
             started: Instant::now(),
         })
     }
@@ -328,7 +354,7 @@ impl TraceSession {
     /// reads its label from /proc.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
         self.procs()?.seed(pid).context("adding it to map PROCS")?;
-        self.found.add(&[pid]);
+        self.names.found.add(&[pid]);
         Ok(())
     }
 
@@ -339,12 +365,12 @@ impl TraceSession {
             tracer,
             writer,
             trace,
-            found,
+            names,
             ..
         } = self;
         let writer = writer.as_ref();
         let mut copied = Instant::now();
-        let route = |record: Record| keep(trace, writer, found, record);
+        let route = |record: Record| keep(trace, writer, names, record);
         let tick = |collector: &Collector| {
             if let Some(w) = writer
                 && copied.elapsed() >= LOSS_EVERY
@@ -368,10 +394,17 @@ impl TraceSession {
     pub fn drain(&mut self) -> Result<()> {
         let trace = &mut self.trace;
         let writer = self.writer.as_ref();
-        let found = &mut self.found;
+        let names = &mut self.names;
         self.tracer
             .collector
-            .drain(&mut |record| keep(trace, writer, found, record));
+            .drain(&mut |record| keep(trace, writer, names, record));
+        // Cgroups first seen moments after the hierarchy was last walked.
+        for (id, path) in self.names.cgroups.settle() {
+            if let Some(w) = writer {
+                w.cgroup(id, &path);
+            }
+            self.trace.cgroup(id, &path);
+        }
         let losses = self.tracer.collector.losses()?;
         // Exits without a parent notification: the trace's count is the truth, and the one
         // `summary.exits_without_notify` shows. It counts the exit records that arrived with

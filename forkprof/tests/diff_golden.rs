@@ -29,10 +29,11 @@ struct Group {
 /// The SQL that writes `groups` with the real schema; `seed` shifts the noise.
 fn sql(groups: &[Group], seed: u64) -> String {
     let mut s = format!(
-        "PRAGMA journal_mode=DELETE;\nBEGIN;\n{}\nINSERT INTO meta VALUES ('schema_version','3'),\
+        "PRAGMA journal_mode=DELETE;\nBEGIN;\n{}\nINSERT INTO meta VALUES ('schema_version','{}'),\
          ('mode','synthetic'),('host','synthetic'),('wall_ns','1000000000'),\
          ('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');\n",
-        forkprof::recording::SCHEMA
+        forkprof::recording::SCHEMA,
+        forkprof::recording::RECORDING_SCHEMA
     );
     let mut first = 2000u64;
     for g in groups {
@@ -53,12 +54,12 @@ fn sql(groups: &[Group], seed: u64) -> String {
         );
         s += &format!(
             "INSERT INTO spawns SELECT i, i*1000000, i*1000000+60000, 1000, 0, 1000, i, 'fork', 56, 17, 0, \
-             i*1000000-5, {}, 20000, 0, 'make' FROM ({ids});\n",
+             i*1000000-5, {}, 20000, 0, 'make', 0 FROM ({ids});\n",
             us(40, 1)
         );
         s += &format!(
             "INSERT INTO execs SELECT i, i*1000000, i*1000000+200000, i, '{}', '{}', 1, 0, {}, 40000, 90000, \
-             0, 0, 3, 15000, 0 FROM ({ids});\n",
+             0, 0, 3, 15000, 0, 0 FROM ({ids});\n",
             g.binary,
             g.binary.rsplit('/').next().unwrap_or(g.binary),
             us(g.exec_us, 2)

@@ -2,7 +2,8 @@
 //!
 //! - setup: installs what a fresh machine lacks to build the eBPF side (nightly rust-src,
 //!   LLVM 22 development packages, bpf-linker built against them) and the tools the tests
-//!   drive. Idempotent: it checks first and says what it does.
+//!   drive (DuckDB's Python package among them). Idempotent: it checks first and says what
+//!   it does.
 //! - test:  setup, then fmt and clippy (warnings denied, eBPF crate included), unit tests,
 //!   and the end-to-end tests that load the real eBPF programs (root).
 //! - demo:  setup, build, and `forkprof run` on a built-in spawn workload.
@@ -84,6 +85,9 @@ const APT_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "cpio",
     "busybox-static",
+    // `forkprof export --parquet`'s tests read the files with DuckDB's Python package
+    "python3",
+    "python3-pip",
 ];
 
 pub fn root() -> PathBuf {
@@ -160,6 +164,22 @@ pub fn setup() -> Result<()> {
             .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    let duckdb_ok = Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !duckdb_ok {
+        let pip = |extra: &[&str]| {
+            run(Command::new("python3")
+                .args(["-m", "pip", "install", "--quiet", "duckdb"])
+                .args(extra))
+        };
+        // Debian's own python3 refuses pip outside a virtual environment (PEP 668); DuckDB
+        // is a test tool of this machine, so it goes there all the same.
+        if pip(&[]).is_err() {
+            pip(&["--break-system-packages"])?;
+        }
     }
     let fuzz_ok = Command::new("cargo")
         .args(["fuzz", "--version"])

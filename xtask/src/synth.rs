@@ -34,20 +34,21 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;
 BEGIN;
 {schema}
-INSERT INTO meta VALUES ('schema_version','4'),('mode','synthetic'),('host','synthetic'),
+INSERT INTO meta VALUES ('schema_version','5'),('mode','synthetic'),('host','synthetic'),
   ('wall_ns','{wall}'),('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');
 CREATE TEMP TABLE ids AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < {n}) SELECT i FROM c;
 INSERT INTO spawns SELECT 1000+i, i*1000, i*1000+60000, 1000+i/8, (i/8)*1000, 1000+i/8, 1000+i,
   CASE WHEN i%2=0 THEN 'fork' ELSE 'posix_spawn' END, CASE WHEN i%2=0 THEN 56 ELSE 435 END,
   CASE WHEN i%2=0 THEN 17 ELSE 16640 END, 0, i*1000-5, 40000+i%1000, CASE WHEN i%2=0 THEN 30000 ELSE 0 END,
-  CASE WHEN i%2=0 THEN 0 ELSE 300000 END, 'make' FROM ids;
+  CASE WHEN i%2=0 THEN 0 ELSE 300000 END, 'make', 100+i%10 FROM ids;
 INSERT INTO execs SELECT 1000+i, i*1000, i*1000+70000, 1000+i, '/usr/local/bin/tool'||(i%50), 'tool'||(i%50),
-  1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0 FROM ids WHERE i%4=0;
+  1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0, 100+i%10 FROM ids WHERE i%4=0;
 INSERT INTO execs SELECT 1000+i, i*1000, i*1000+200000, 1000+i, '/usr/bin/tool'||(i%50),
   'tool'||(i%50)||char(0)||'-c'||char(0)||'input'||i||'.c', 3, 0, 150000+i%5000, 40000, 100000, 0, 0, i%7,
-  CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0 FROM ids;
+  CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0, 100+i%10 FROM ids;
 INSERT INTO lds SELECT 1000+i, i*1000, i*1000+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0 FROM ids;
 INSERT INTO found VALUES (1000, '/usr/bin/make', '/usr/bin/bash');
+INSERT INTO cgroups SELECT 100+i%10, '/system.slice/ci-runner.service/job-'||(i%10) FROM ids WHERE i <= 10;
 INSERT INTO exits SELECT 1000+i, i*1000, i*1000+3000000, 0, 1, 50000, 0, i*1000+2950000, 'tool'||(i%50), 0, 0 FROM ids;
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
@@ -101,6 +102,12 @@ mod tests {
         assert_eq!(count("SELECT count(*) FROM execs"), "125");
         assert_eq!(count("SELECT count(*) FROM exits"), "100");
         assert_eq!(count("SELECT binary FROM found"), "/usr/bin/make");
+        // Every cgroup id the rows carry has a name.
+        assert_eq!(
+            count("SELECT count(*) FROM spawns WHERE cgroup_id NOT IN (SELECT id FROM cgroups)"),
+            "0"
+        );
+        assert_eq!(count("SELECT count(*) FROM cgroups"), "10");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

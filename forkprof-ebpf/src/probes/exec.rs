@@ -45,6 +45,7 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
     rec.cow_faults = 0;
     rec.cow_fault_ns = 0;
     rec.child_run_ns = 0;
+    rec.cgroup_id = 0;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
     let _ = unsafe { bpf_probe_read_user_str_bytes(path, &mut rec.path) };
@@ -143,6 +144,7 @@ pub fn on_exit(ret: i64) {
         rec.atime_count = ps.atime_count;
         rec.atime_ns = ps.atime_ns;
         rec.child_run_ns = ps.child_run_ns;
+        rec.cgroup_id = maps::cgroup_id();
         ps.child_run_ns = 0;
         ps.atime_count = 0;
         ps.atime_ns = 0;

@@ -139,6 +139,7 @@ pub fn on_exit(ret: i64) {
         fork_ns: total - vfork_wait_ns,
         pagetable_copy_ns: fs.pt_ns,
         vfork_wait_ns,
+        cgroup_id: maps::cgroup_id(),
         parent_comm: bpf_get_current_comm().unwrap_or([0; 16]),
     });
     entry.submit(maps::submit_flags());

@@ -3,6 +3,7 @@ pub mod bench;
 pub mod diff;
 pub mod docs;
 pub mod doctor;
+pub mod export;
 pub mod monitor;
 pub mod record;
 pub mod report;

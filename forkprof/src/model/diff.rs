@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::hints::Hint;
 use super::phases::{PHASES, Phase, Phases};
-use super::report::{Context, GroupBy, GroupRow, Report, ancestries, escape};
+use super::report::{Context, GroupBy, GroupRow, Report, ancestries, cgroup_keys, escape};
 use super::trace::{Shared, Trace};
 
 /// Largest side for the bootstrap; above it, the delta method.
@@ -393,6 +393,7 @@ impl Side {
         } else {
             Vec::new()
         };
+        let cgroups = cgroup_keys(trace, by);
         let mut groups: HashMap<Shared, Sample> = HashMap::new();
         let mut phases = vec![Sample::default(); PHASES.len()];
         let mut method_keys: HashMap<&'static str, Shared> = HashMap::new();
@@ -413,6 +414,7 @@ impl Side {
                 GroupBy::Binary => &bins.last,
                 GroupBy::Parent => &bins.at_spawn,
                 GroupBy::Ancestry => &ancestry[i],
+                GroupBy::Cgroup | GroupBy::Unit => &cgroups[i],
                 GroupBy::Method => method_keys
                     .entry(p.method.name())
                     .or_insert_with(|| Shared::from(p.method.name().as_bytes())),

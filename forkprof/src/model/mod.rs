@@ -1,12 +1,14 @@
 //! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
 //! unit-tested from synthetic records.
 pub mod bench;
+pub mod cgroup;
 pub mod diff;
 pub mod hints;
 pub mod live;
 pub mod method;
 pub mod mounts;
 pub mod phases;
+pub mod processes;
 pub mod report;
 pub mod stats;
 pub mod top;

@@ -121,6 +121,10 @@ pub enum GroupBy {
     Method,
     /// The chain of binaries from the root to the process (make;sh;gcc;cc1).
     Ancestry,
+    /// The process's cgroup v2 path (where it exec'd, else where it was created).
+    Cgroup,
+    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    Unit,
 }
 
 impl GroupBy {
@@ -130,8 +134,38 @@ impl GroupBy {
             Self::Parent => "parent",
             Self::Method => "method",
             Self::Ancestry => "ancestry",
+            Self::Cgroup => "cgroup",
+            Self::Unit => "unit",
         }
     }
+}
+
+/// Each process's key for a cgroup grouping (`Cgroup` or `Unit`), indexed like
+/// `trace.processes`; empty for the other groupings.
+pub fn cgroup_keys(trace: &Trace, by: GroupBy) -> Vec<Shared> {
+    let unit = match by {
+        GroupBy::Cgroup => false,
+        GroupBy::Unit => true,
+        _ => return Vec::new(),
+    };
+    let mut units: HashMap<Shared, Shared> = HashMap::new();
+    trace
+        .processes
+        .iter()
+        .map(|p| {
+            let path = super::cgroup::label(trace, p);
+            if !unit || path.as_ref() == b"?" {
+                return path;
+            }
+            units
+                .entry(path.clone())
+                .or_insert_with(|| {
+                    let u = super::cgroup::unit_of(&String::from_utf8_lossy(&path));
+                    Shared::from(u.as_bytes())
+                })
+                .clone()
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -423,6 +457,16 @@ impl Report {
             .iter()
             .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
             .collect();
+        let cgroup_keys: Vec<Vec<Shared>> = [GroupBy::Cgroup, GroupBy::Unit]
+            .iter()
+            .map(|&by| {
+                if ctx.groupings.contains(&by) {
+                    cgroup_keys(trace, by)
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
         let first_ns = trace.first_ns.unwrap_or(0);
         let mut summary = SummaryCounts {
             threads: trace.threads,
@@ -493,6 +537,8 @@ impl Report {
                     GroupBy::Parent => &bins.at_spawn,
                     GroupBy::Method => &method_keys[p.method.name()],
                     GroupBy::Ancestry => &ancestry[i],
+                    GroupBy::Cgroup => &cgroup_keys[0][i],
+                    GroupBy::Unit => &cgroup_keys[1][i],
                 };
                 let group = match map.get_mut(key) {
                     Some(g) => g,

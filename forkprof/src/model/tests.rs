@@ -483,3 +483,73 @@ fn hint_atime_suggests_what_the_mount_lacks() {
         "{unknown}"
     );
 }
+
+/// A record's cgroup id set to `id`.
+fn in_cgroup(mut r: Record, id: u64) -> Record {
+    match &mut r {
+        Record::Spawn(s) => s.cgroup_id = id,
+        Record::Exec(e) => e.cgroup_id = id,
+        _ => {}
+    }
+    r
+}
+
+#[test]
+fn cgroups_group_by_where_a_process_execd_else_where_it_was_created() {
+    const SVC: u64 = 10;
+    const POD: u64 = 11;
+    let mut t = Trace::default();
+    t.cgroup(SVC, b"/system.slice/nginx.service");
+    t.cgroup(
+        POD,
+        b"/kubepods.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope",
+    );
+    let root = key(1, 0);
+    // Created in the service and stays (no exec).
+    let a = key(2, 1_000);
+    t.ingest(in_cgroup(spawn(root, a, 57, SIGCHLD), SVC));
+    // Created in the service, moved to the pod, exec'd there.
+    let b = key(3, 2_000);
+    t.ingest(in_cgroup(spawn(root, b, 57, SIGCHLD), SVC));
+    t.ingest(in_cgroup(exec(b, 5_000_000, b"/bin/cc", 0, 0), POD));
+    // A cgroup that was never named, and a kernel without cgroup v2.
+    let c = key(4, 3_000);
+    t.ingest(in_cgroup(spawn(root, c, 57, SIGCHLD), 99));
+    let d = key(5, 4_000);
+    t.ingest(spawn(root, d, 57, SIGCHLD));
+    let report = |by| {
+        let r = Report::build(
+            &t,
+            &Context {
+                groupings: vec![by],
+                ..Context::for_run(&|_| false)
+            },
+        );
+        let mut rows: Vec<(String, u64)> = r
+            .group(by)
+            .iter()
+            .map(|g| (g.binary.clone(), g.processes))
+            .collect();
+        rows.sort();
+        rows
+    };
+    let pod = "/kubepods.slice/cri-containerd-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope";
+    assert_eq!(
+        report(GroupBy::Cgroup),
+        vec![
+            (pod.to_string(), 1),
+            ("/system.slice/nginx.service".into(), 1),
+            ("?".into(), 1),
+            ("cgroup 99".into(), 1),
+        ]
+    );
+    assert_eq!(
+        report(GroupBy::Unit),
+        vec![
+            ("0123456789ab".into(), 1),
+            ("?".into(), 1),
+            ("cgroup 99".into(), 1),
+            ("nginx.service".into(), 1),
+        ]
+    );
+}

@@ -36,6 +36,7 @@ pub fn spawn(parent: ProcKey, child: ProcKey, syscall: u32, flags: u64) -> Recor
         fork_ns: 40_000,
         pagetable_copy_ns: 30_000,
         vfork_wait_ns: 0,
+        cgroup_id: 0,
         parent_comm: [0; COMM_LEN],
     })
 }
@@ -55,6 +56,7 @@ pub fn exec(proc: ProcKey, ts: u64, path: &[u8], errno: i32, cow: u64) -> Record
         cow_faults: cow,
         cow_fault_ns: 0,
         child_run_ns: 0,
+        cgroup_id: 0,
         path: [0; PATH_LEN],
         args: [[0; ARG_LEN]; ARG_SLOTS],
     };

@@ -56,6 +56,8 @@ pub struct ExecAttempt {
     pub atime_ns: u64,
     pub cow_faults: u64,
     pub cow_fault_ns: u64,
+    /// Its cgroup v2 id when the syscall returned (0: not known).
+    pub cgroup_id: u64,
 }
 
 impl ExecAttempt {
@@ -79,6 +81,7 @@ impl ExecAttempt {
             atime_ns: r.atime_ns,
             cow_faults: r.cow_faults,
             cow_fault_ns: r.cow_fault_ns,
+            cgroup_id: r.cgroup_id,
         }
     }
 }
@@ -125,6 +128,8 @@ pub struct Spawn {
     pub fork_ns: u64,
     pub pagetable_copy_ns: u64,
     pub vfork_wait_ns: u64,
+    /// The cgroup v2 id it was created in (its parent's; 0: not known).
+    pub cgroup_id: u64,
     pub parent_comm: [u8; forkprof_common::COMM_LEN],
 }
 
@@ -178,6 +183,18 @@ impl Process {
     /// When the process was created (its spawn record), else when it was first seen.
     pub fn start_ns(&self) -> u64 {
         self.spawn.map(|s| s.start_ns).unwrap_or(self.key.start_ns)
+    }
+
+    /// The cgroup v2 id it counts in: where its last exec attempt returned (a process may be
+    /// moved between its fork and its exec), else where it was created; 0 when not known.
+    pub fn cgroup_id(&self) -> u64 {
+        self.execs
+            .iter()
+            .rev()
+            .map(|e| e.cgroup_id)
+            .find(|&id| id != 0)
+            .or_else(|| self.spawn.map(|s| s.cgroup_id))
+            .unwrap_or(0)
     }
 
     /// The path of its last successful exec: the binary a process counts as, when it exec'd.
@@ -296,6 +313,8 @@ pub struct Trace {
     found: HashMap<u32, FoundLabels>,
     /// The recording machine's mounts when tracing began (empty: not known).
     pub mounts: Vec<Mount>,
+    /// Cgroup v2 ids -> paths under the cgroup2 mount ("/system.slice/x.service").
+    cgroups: HashMap<u64, Shared>,
 }
 
 impl Default for Trace {
@@ -315,6 +334,7 @@ impl Default for Trace {
             root: None,
             found: HashMap::new(),
             mounts: Vec::new(),
+            cgroups: HashMap::new(),
         }
     }
 }
@@ -392,6 +412,22 @@ impl Trace {
         self.found.insert(found.pid, labels);
     }
 
+    /// Names a cgroup v2 id (its path under the cgroup2 mount).
+    pub fn cgroup(&mut self, id: u64, path: &[u8]) {
+        let path = self.intern(path);
+        self.cgroups.insert(id, path);
+    }
+
+    /// Whether a cgroup id has a name already.
+    pub fn knows_cgroup(&self, id: u64) -> bool {
+        self.cgroups.contains_key(&id)
+    }
+
+    /// A cgroup's path, if it was named.
+    pub fn cgroup_path(&self, id: u64) -> Option<&Shared> {
+        self.cgroups.get(&id)
+    }
+
     /// The binary a process that existed before tracing began was running then, from /proc.
     pub fn found_binary(&self, key: &ProcKey) -> Option<&Shared> {
         if key.start_ns != 0 {
@@ -448,6 +484,7 @@ impl Trace {
                         fork_ns: r.fork_ns,
                         pagetable_copy_ns: r.pagetable_copy_ns,
                         vfork_wait_ns: r.vfork_wait_ns,
+                        cgroup_id: r.cgroup_id,
                         parent_comm: r.parent_comm,
                     });
                 }

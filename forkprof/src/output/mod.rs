@@ -4,6 +4,7 @@ pub mod csv;
 pub mod diff;
 pub mod flamegraph;
 pub mod json;
+pub mod parquet;
 pub mod perfetto;
 pub mod prometheus;
 pub mod table;

@@ -17,9 +17,9 @@ use crate::model::{
 
 fn new_table(header: &[&str]) -> Table {
     let mut t = Table::new();
+    // A pipe or a file: every column at its natural width, no name broken across lines.
     t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
-        .set_width(160)
+        .set_content_arrangement(ContentArrangement::Disabled)
         .set_header(header.iter().map(Cell::new));
     for i in 1..header.len() {
         if let Some(c) = t.column_mut(i) {
@@ -311,6 +311,11 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
             "binary" => ("Binaries", "binary"),
             "parent" => ("Parents (their children's spawns)", "parent binary"),
             "method" => ("Methods", "method"),
+            "cgroup" => (
+                "Cgroups (where each process exec'd, else was created)",
+                "cgroup",
+            ),
+            "unit" => ("Units and containers", "unit"),
             _ => ("Ancestries", "ancestry"),
         };
         let keys: Vec<&str> = rows.iter().map(|r| r.binary.as_str()).collect();

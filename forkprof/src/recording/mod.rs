@@ -11,7 +11,8 @@ pub use writer::Writer;
 /// 2: `lds.static_start_ns`, `execs.child_run_ns`, `exits.child_run_ns`.
 /// 3: `execs.cow_fault_ns`, `exits.cow_fault_ns`.
 /// 4: the `found` table (processes that existed before tracing, labelled from /proc).
-pub const RECORDING_SCHEMA: u32 = 4;
+/// 5: `spawns.cgroup_id`, `execs.cgroup_id` and the `cgroups` table (id -> path).
+pub const RECORDING_SCHEMA: u32 = 5;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

@@ -182,6 +182,9 @@ impl Recording {
         for found in self.found().map_err(|e| self.err(e))? {
             trace.found(&found);
         }
+        for (id, path) in self.cgroups().map_err(|e| self.err(e))? {
+            trace.cgroup(id, &path);
+        }
         let num = |k: &str| self.meta.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         trace.lost.ringbuf_full = num("lost_ringbuf_full");
         trace.lost.state_map_full = num("lost_state_map_full");
@@ -196,6 +199,22 @@ impl Recording {
             trace.set_root(root);
         }
         Ok(trace)
+    }
+
+    /// The cgroup ids' paths (schema 5; none before).
+    fn cgroups(&self) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+        if self.schema_version() < 5 {
+            return Ok(Vec::new());
+        }
+        let mut s = self.conn.prepare("SELECT id, path FROM cgroups")?;
+        let rows = s.query_map([], |r| {
+            let path = match r.get_ref(1)? {
+                ValueRef::Text(b) | ValueRef::Blob(b) => b.to_vec(),
+                _ => Vec::new(),
+            };
+            Ok((r.get::<_, i64>(0)? as u64, path))
+        })?;
+        rows.collect()
     }
 
     /// The labels of the processes found running when tracing started (schema 4; none
@@ -229,31 +248,8 @@ impl Recording {
 
     fn for_each_record(&self, sink: &mut dyn FnMut(Record)) -> rusqlite::Result<()> {
         let conn = &self.conn;
-        each_row(
-            conn,
-            "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
-                    syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
-                    vfork_wait_ns, parent_comm FROM spawns",
-            sink,
-            |r| {
-                Ok(Record::Spawn(SpawnRecord {
-                    hdr: header(r, kind::SPAWN)?,
-                    parent: key(r.get(3)?, r.get(4)?),
-                    parent_tid: r.get(5)?,
-                    child_tid: r.get(6)?,
-                    syscall: r.get(7)?,
-                    clone_flags: ns(r, 8)?,
-                    errno: r.get(9)?,
-                    start_ns: ns(r, 10)?,
-                    fork_ns: ns(r, 11)?,
-                    pagetable_copy_ns: ns(r, 12)?,
-                    vfork_wait_ns: ns(r, 13)?,
-                    parent_comm: comm(r, 14)?,
-                }))
-            },
-        )?;
-        // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns: those
-        // read as not measured (0).
+        // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns,
+        // schema 4 no cgroup ids: those read as not measured (0).
         let since = |version: u32, column: &'static str| {
             if self.schema_version() >= version {
                 column
@@ -263,11 +259,36 @@ impl Recording {
         };
         let v2 = |column| since(2, column);
         let v3 = |column| since(3, column);
+        let v5 = |column| since(5, column);
+        let spawns = format!(
+            "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
+                    syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
+                    vfork_wait_ns, parent_comm, {} FROM spawns",
+            v5("cgroup_id")
+        );
+        each_row(conn, &spawns, sink, |r| {
+            Ok(Record::Spawn(SpawnRecord {
+                hdr: header(r, kind::SPAWN)?,
+                parent: key(r.get(3)?, r.get(4)?),
+                parent_tid: r.get(5)?,
+                child_tid: r.get(6)?,
+                syscall: r.get(7)?,
+                clone_flags: ns(r, 8)?,
+                errno: r.get(9)?,
+                start_ns: ns(r, 10)?,
+                fork_ns: ns(r, 11)?,
+                pagetable_copy_ns: ns(r, 12)?,
+                vfork_wait_ns: ns(r, 13)?,
+                cgroup_id: ns(r, 15)?,
+                parent_comm: comm(r, 14)?,
+            }))
+        })?;
         let execs = format!(
             "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
-                    exec_load_ns, atime_count, atime_ns, cow_faults, {}, {} FROM execs",
+                    exec_load_ns, atime_count, atime_ns, cow_faults, {}, {}, {} FROM execs",
             v2("child_run_ns"),
-            v3("cow_fault_ns")
+            v3("cow_fault_ns"),
+            v5("cgroup_id")
         );
         each_row(conn, &execs, sink, |r| {
             let mut rec = ExecRecord {
@@ -284,6 +305,7 @@ impl Recording {
                 cow_faults: ns(r, 13)?,
                 child_run_ns: ns(r, 14)?,
                 cow_fault_ns: ns(r, 15)?,
+                cgroup_id: ns(r, 16)?,
                 path: [0; PATH_LEN],
                 args: [[0; ARG_LEN]; ARG_SLOTS],
             };

@@ -1,4 +1,4 @@
--- forkprof recording schema, version 4 (see docs/recording.md).
+-- forkprof recording schema, version 5 (see docs/recording.md).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- One row per fork-family syscall of a traced process (threads included, method 'thread').
 CREATE TABLE spawns (
@@ -8,14 +8,16 @@ CREATE TABLE spawns (
     method TEXT NOT NULL, syscall INTEGER NOT NULL, clone_flags INTEGER NOT NULL,
     errno INTEGER NOT NULL, syscall_start_ns INTEGER NOT NULL,
     fork_ns INTEGER NOT NULL, pagetable_copy_ns INTEGER NOT NULL,
-    vfork_wait_ns INTEGER NOT NULL, parent_comm TEXT NOT NULL);
+    vfork_wait_ns INTEGER NOT NULL, parent_comm TEXT NOT NULL,
+    cgroup_id INTEGER NOT NULL DEFAULT 0);
 -- One row per exec attempt, failed ones included.
 CREATE TABLE execs (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
     tid INTEGER NOT NULL, path TEXT NOT NULL, args TEXT, argc INTEGER NOT NULL,
     errno INTEGER NOT NULL, exec_ns INTEGER NOT NULL, exec_prepare_ns INTEGER NOT NULL,
     exec_load_ns INTEGER NOT NULL, atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL,
-    cow_faults INTEGER NOT NULL, child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL);
+    cow_faults INTEGER NOT NULL, child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL,
+    cgroup_id INTEGER NOT NULL DEFAULT 0);
 -- One row per dynamic-linker window after a successful exec.
 CREATE TABLE lds (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
@@ -32,6 +34,9 @@ CREATE TABLE exits (
 -- (/proc/PID/exe, else [comm]) and its parent's (NULL when unknown).
 CREATE TABLE found (
     pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
+-- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id) and their paths under the
+-- cgroup2 mount, written when an id is first seen (a cgroup removed later keeps its path).
+CREATE TABLE cgroups (id INTEGER PRIMARY KEY, path TEXT NOT NULL);
 -- Written when the recording ends: one row per process, and its phases.
 CREATE TABLE processes (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, parent_pid INTEGER,

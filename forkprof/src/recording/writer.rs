@@ -22,6 +22,7 @@ pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 enum Msg {
     Record(Box<Record>),
     Found(Found),
+    Cgroup(u64, Vec<u8>),
     Lost(LostCounts),
     /// Commit what came before, then answer (see `Writer::dropped`).
     Sync(Sender<()>),
@@ -81,7 +82,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
         Record::Spawn(r) => {
             let method = Method::classify(r.syscall, r.clone_flags).name();
             tx.prepare_cached(
-                "INSERT INTO spawns VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+                "INSERT INTO spawns VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
             )?
             .execute(params![
                 r.hdr.proc.pid,
@@ -100,6 +101,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 r.pagetable_copy_ns as i64,
                 r.vfork_wait_ns as i64,
                 text_or_blob(c_bytes(&r.parent_comm)),
+                r.cgroup_id as i64,
             ])?;
         }
         Record::Exec(r) => {
@@ -112,7 +114,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     .join(&0u8)
             });
             tx.prepare_cached(
-                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)",
+                "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
             )?
             .execute(params![
                 r.hdr.proc.pid,
@@ -131,6 +133,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 r.cow_faults as i64,
                 r.child_run_ns as i64,
                 r.cow_fault_ns as i64,
+                r.cgroup_id as i64,
             ])?;
         }
         Record::Ld(r) => {
@@ -222,6 +225,10 @@ fn run(
                     insert(&tx, &r, keep_args)?;
                 }
                 Msg::Found(f) => insert_found(&tx, &f)?,
+                Msg::Cgroup(id, path) => {
+                    tx.prepare_cached("INSERT OR REPLACE INTO cgroups VALUES (?1,?2)")?
+                        .execute(params![id as i64, text_or_blob(&path)])?;
+                }
                 Msg::Lost(l) => set_meta(&tx, &lost_meta(&l))?,
                 Msg::Sync(ack) => {
                     progress.acks.push(ack);
@@ -282,7 +289,7 @@ fn discard(rx: &Receiver<Msg>, mut progress: Progress, dropped: &AtomicU64) {
             Msg::Record(_) => {
                 dropped.fetch_add(1, Ordering::SeqCst);
             }
-            Msg::Found(_) | Msg::Lost(_) => {}
+            Msg::Found(_) | Msg::Cgroup(..) | Msg::Lost(_) => {}
             Msg::Sync(ack) => {
                 let _ = ack.send(());
             }
@@ -376,6 +383,11 @@ impl Writer {
     /// Queues the label of a process found running when tracing started.
     pub fn found(&self, found: &Found) {
         let _ = self.tx.send(Msg::Found(found.clone()));
+    }
+
+    /// Queues a cgroup id's path.
+    pub fn cgroup(&self, id: u64, path: &[u8]) {
+        let _ = self.tx.send(Msg::Cgroup(id, path.to_vec()));
     }
 
     pub fn lost(&self, lost: &LostCounts) {

@@ -32,28 +32,8 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
             return None;
         }
         let mount_point = left.split_whitespace().nth(4)?;
-        Some(PathBuf::from(unescape(mount_point)))
+        Some(PathBuf::from(crate::model::mounts::unescape(mount_point)))
     })
-}
-
-/// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8)
-        {
-            out.push(v);
-            i += 4;
-            continue;
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Every directory under `root`, by inode number, as its path below `root` ("/" for root).

@@ -79,7 +79,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<Mount> {
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo` (octal).
-fn unescape(field: &str) -> String {
+pub fn unescape(field: &str) -> String {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -6,8 +6,6 @@
 //! opens them itself (the syscalls and sched families open the fork and exec windows), so
 //! "real, alone" is what the family's own gate and bookkeeping cost, and "empty, alone" is
 //! its hooks' dispatch.
-use std::fmt::Write as _;
-
 use anyhow::Result;
 
 use super::BenchArgs;
@@ -139,26 +137,10 @@ pub(super) fn table(families: &[Family]) -> String {
             rc,
         ]);
     }
-    let mut widths = [0usize; 7];
-    for c in &cells {
-        for (w, s) in widths.iter_mut().zip(c) {
-            *w = (*w).max(s.chars().count());
-        }
-    }
     let mut out = String::from(
         "\nEach hook family alone (FORKPROF_BENCH_ONLY), overhead vs bare (median, 90% CI):\n\n",
     );
-    for (i, c) in cells.iter().enumerate() {
-        let mut line = format!("{:<w$}", c[0], w = widths[0]);
-        for (s, w) in c.iter().zip(widths).skip(1) {
-            let _ = write!(line, "  {s:>w$}");
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-        if i == 0 {
-            let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-            let _ = writeln!(out, "{}", "-".repeat(total));
-        }
-    }
+    super::report::write_columns(&mut out, &cells);
     out.push_str(
         "hits/iter and us/iter: bpf_stats of the run with every family attached (two clock \
          reads per hit included)\nempty: the family's hooks with programs that return at \

@@ -158,8 +158,8 @@ fn measured_cells(row: &Row) -> [String; 9] {
 
 /// `cells` in aligned columns (the first left-aligned, the others right-aligned), with a
 /// rule under the header.
-fn write_columns(out: &mut String, cells: &[[String; 9]]) {
-    let mut widths = [0usize; 9];
+pub(super) fn write_columns<const N: usize>(out: &mut String, cells: &[[String; N]]) {
+    let mut widths = [0usize; N];
     for c in cells {
         for (w, s) in widths.iter_mut().zip(c) {
             *w = (*w).max(s.chars().count());

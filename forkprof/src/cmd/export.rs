@@ -2,86 +2,102 @@
 //! Parquet, for querying the recordings of many hosts together (DuckDB, Spark, Trino).
 use anyhow::Result;
 
-use crate::cli::{ExportArgs, refuse_overwrite};
-use crate::cmd::report::EXIT_BAD_RECORDING;
-use crate::elf::InterpCache;
-use crate::model::processes;
-use crate::output::parquet::{self, FileInfo};
-use crate::privilege::{InvokingUser, create_private_file};
-use crate::recording::Recording;
+use crate::cli::ExportArgs;
 
-/// The recording's meta keys copied to the Parquet footer, as `forkprof.KEY`.
-const META_KEPT: [&str; 6] = [
-    "host",
-    "kernel",
-    "mode",
-    "command",
-    "started_unix_ms",
-    "schema_version",
-];
+#[cfg(feature = "parquet")]
+pub use enabled::run;
 
-pub fn run(args: ExportArgs) -> Result<i32> {
-    // Bad input is refused (exit 2) before anything is read or written.
-    if let Some(why) = refuse_overwrite(&args.parquet, args.force) {
-        eprintln!("forkprof: {why}");
-        return Ok(2);
-    }
-    if let (Ok(a), Ok(b)) = (args.file.canonicalize(), args.parquet.canonicalize())
-        && a == b
-    {
-        eprintln!(
-            "forkprof: {} is the recording itself; give another file",
-            args.parquet.display()
-        );
-        return Ok(2);
-    }
-    let recording = match Recording::open(&args.file) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("forkprof: {e}");
-            return Ok(EXIT_BAD_RECORDING);
+/// Built without the `parquet` feature (the fuzz targets are): the command says so.
+#[cfg(not(feature = "parquet"))]
+pub fn run(_args: ExportArgs) -> Result<i32> {
+    eprintln!("forkprof: this forkprof was built without Parquet export (cargo feature `parquet`)");
+    Ok(1)
+}
+
+#[cfg(feature = "parquet")]
+mod enabled {
+    use super::{ExportArgs, Result};
+    use crate::cli::refuse_overwrite;
+    use crate::cmd::report::EXIT_BAD_RECORDING;
+    use crate::elf::InterpCache;
+    use crate::model::processes;
+    use crate::output::parquet::{self, FileInfo};
+    use crate::privilege::{InvokingUser, create_private_file};
+    use crate::recording::Recording;
+
+    /// The recording's meta keys copied to the Parquet footer, as `forkprof.KEY`.
+    const META_KEPT: [&str; 6] = [
+        "host",
+        "kernel",
+        "mode",
+        "command",
+        "started_unix_ms",
+        "schema_version",
+    ];
+
+    pub fn run(args: ExportArgs) -> Result<i32> {
+        // Bad input is refused (exit 2) before anything is read or written.
+        if let Some(why) = refuse_overwrite(&args.parquet, args.force) {
+            eprintln!("forkprof: {why}");
+            return Ok(2);
         }
-    };
-    // Exec arguments are not exported: they are never loaded.
-    let trace = match recording.load(false) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("forkprof: {e}");
-            return Ok(EXIT_BAD_RECORDING);
-        }
-    };
-    let mut metadata = vec![(
-        "forkprof.version".to_string(),
-        env!("CARGO_PKG_VERSION").to_string(),
-    )];
-    metadata.extend(META_KEPT.iter().filter_map(|&k| {
-        let v = recording.meta.get(k)?;
-        Some((format!("forkprof.{k}"), v.clone()))
-    }));
-    let info = FileInfo {
-        host: args.host.or_else(|| recording.meta.get("host").cloned()),
-        metadata,
-    };
-    // Static binaries are recognised as `report` does, so spawn_cost is the same.
-    let loaders = InterpCache::default();
-    let is_static = |p: &[u8]| loaders.is_static(p);
-    let owner = InvokingUser::from_env()?;
-    let file = create_private_file(&args.parquet, owner.as_ref())?;
-    let rows = processes::in_order(&trace, &is_static);
-    match parquet::write(rows, &info, file) {
-        Ok((n, _)) => {
+        if let (Ok(a), Ok(b)) = (args.file.canonicalize(), args.parquet.canonicalize())
+            && a == b
+        {
             eprintln!(
-                "forkprof: {n} processes written to {}",
+                "forkprof: {} is the recording itself; give another file",
                 args.parquet.display()
             );
-            Ok(0)
+            return Ok(2);
         }
-        Err(e) => {
-            // No half-written file is left behind (a full disk, say); a device stays.
-            if std::fs::metadata(&args.parquet).is_ok_and(|m| m.is_file()) {
-                let _ = std::fs::remove_file(&args.parquet);
+        let recording = match Recording::open(&args.file) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("forkprof: {e}");
+                return Ok(EXIT_BAD_RECORDING);
             }
-            Err(e.context(format!("cannot write {}", args.parquet.display())))
+        };
+        // Exec arguments are not exported: they are never loaded.
+        let trace = match recording.load(false) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("forkprof: {e}");
+                return Ok(EXIT_BAD_RECORDING);
+            }
+        };
+        let mut metadata = vec![(
+            "forkprof.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        )];
+        metadata.extend(META_KEPT.iter().filter_map(|&k| {
+            let v = recording.meta.get(k)?;
+            Some((format!("forkprof.{k}"), v.clone()))
+        }));
+        let info = FileInfo {
+            host: args.host.or_else(|| recording.meta.get("host").cloned()),
+            metadata,
+        };
+        // Static binaries are recognised as `report` does, so spawn_cost is the same.
+        let loaders = InterpCache::default();
+        let is_static = |p: &[u8]| loaders.is_static(p);
+        let owner = InvokingUser::from_env()?;
+        let file = create_private_file(&args.parquet, owner.as_ref())?;
+        let rows = processes::in_order(&trace, &is_static);
+        match parquet::write(rows, &info, file) {
+            Ok((n, _)) => {
+                eprintln!(
+                    "forkprof: {n} processes written to {}",
+                    args.parquet.display()
+                );
+                Ok(0)
+            }
+            Err(e) => {
+                // No half-written file is left behind (a full disk, say); a device stays.
+                if std::fs::metadata(&args.parquet).is_ok_and(|m| m.is_file()) {
+                    let _ = std::fs::remove_file(&args.parquet);
+                }
+                Err(e.context(format!("cannot write {}", args.parquet.display())))
+            }
         }
     }
 }

@@ -4,6 +4,7 @@ pub mod csv;
 pub mod diff;
 pub mod flamegraph;
 pub mod json;
+#[cfg(feature = "parquet")]
 pub mod parquet;
 pub mod perfetto;
 pub mod prometheus;

@@ -228,3 +228,30 @@ pub fn wait_for_child(parent: u32, comm: &str) -> String {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Waits (up to 30 s) until `child` (a `forkprof record` started with its stderr piped)
+/// says that tracing has started ("forkprof: recording ..."), so that a workload started
+/// next is traced whatever the machine's speed. Its stderr is drained from then on, in a
+/// thread, so the pipe never fills.
+pub fn wait_until_recording(child: &mut std::process::Child) {
+    use std::io::BufRead as _;
+    let stderr = child.stderr.take().expect("record's stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut said = Vec::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("forkprof: recording") {
+                let _ = tx.send(Ok(()));
+            } else {
+                said.push(line);
+            }
+        }
+        let _ = tx.send(Err(said.join("\n")));
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+        Ok(Ok(())) => {}
+        Ok(Err(said)) => panic!("forkprof record ended before tracing: {said}"),
+        Err(_) => panic!("forkprof record did not start tracing within 30 s"),
+    }
+}

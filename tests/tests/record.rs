@@ -5,7 +5,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use forkprof_tests::{forkprof, needs_root, run_traced_with, tempdir, workload};
+use forkprof_tests::{
+    forkprof, needs_root, run_traced_with, tempdir, wait_until_recording, workload,
+};
 use serde_json::Value;
 
 fn report_json(file: &Path, extra: &[&str]) -> (i32, Value, String) {
@@ -156,7 +158,7 @@ fn record_system_wide_for_a_duration() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_until_recording(&mut rec);
     assert!(
         Command::new("sh")
             .args(["-c", &script])
@@ -197,7 +199,7 @@ fn record_p_follows_one_tree_only() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_until_recording(&mut rec);
     // Outside the tree: the same binary, 30 more times.
     assert!(
         Command::new("sh")
@@ -242,7 +244,7 @@ fn record_p_labels_the_running_process_from_proc() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_until_recording(&mut rec);
     std::fs::write(&go, "").unwrap();
     assert!(tree.wait().unwrap().success());
     std::thread::sleep(Duration::from_millis(300));
@@ -304,10 +306,10 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     let mut rec = Command::new(forkprof())
         .args(["record", "-o"])
         .arg(&db)
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until_recording(&mut rec);
     let mut noise = Command::new("sh").args(["-c", &script]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     rec.kill().unwrap();

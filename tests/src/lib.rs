@@ -229,6 +229,12 @@ pub fn wait_for_child(parent: u32, comm: &str) -> String {
     }
 }
 
+/// Asserts that a command exited 0, showing its exit and stderr if not.
+pub fn succeeded(out: &Output) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
+}
+
 /// Waits (up to 30 s) until `child` (a `forkprof record` started with its stderr piped)
 /// says that tracing has started ("forkprof: recording ..."), so that a workload started
 /// next is traced whatever the machine's speed. Its stderr is drained from then on, in a

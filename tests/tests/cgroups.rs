@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use forkprof_tests::{forkprof, needs_root, tempdir, workload};
+use forkprof_tests::{forkprof, needs_root, succeeded, tempdir, workload};
 use serde_json::Value;
 
 /// The cgroup2 mount (`/sys/fs/cgroup/unified` on this hybrid VM, `/sys/fs/cgroup` on a
@@ -75,11 +75,7 @@ fn report(db: &Path, by: &str) -> Vec<(String, u64)> {
         .arg(db)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["groups"][by]
         .as_array()
@@ -129,11 +125,7 @@ fn each_cgroup_counts_its_own_spawns_and_a_move_counts_where_it_execd() {
         .args(["--", "sh", "-c", &script])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let rows = report(&db, "cgroup");
     // Each workload is one process in its group plus its children. (The sh that moved
     // itself into a.service to fork the one that moved had exec'd before it moved: it

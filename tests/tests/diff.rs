@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use forkprof_tests::{forkprof, needs_root, tempdir, workload};
+use forkprof_tests::{forkprof, needs_root, succeeded, tempdir, workload};
 use serde_json::Value;
 
 /// `forkprof run -o DB -- CMD` in `dir`, with `env`.
@@ -219,10 +219,4 @@ fn a_big_parent_forks_slower_by_its_page_tables() {
         "{fork}"
     );
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// Asserts that a command exited 0, showing its stderr if not.
-fn succeeded(out: &std::process::Output) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
 }

@@ -104,6 +104,17 @@ struct Section<'a> {
     width: Option<usize>,
 }
 
+/// A section's first column, what its rows are: paths break after a `/`, other keys at
+/// spaces.
+fn key_column(first: &str, labels: Vec<String>) -> Column {
+    let wrap = if first.ends_with("binary") {
+        Wrap::Path
+    } else {
+        Wrap::Words
+    };
+    Column::new(first, labels).left(wrap)
+}
+
 fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
     let Section {
         title,
@@ -120,13 +131,8 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         Column::new(header, shown().map(|(r, _)| f(r)).collect())
     };
     let total = |r: &GroupRow| phase_total(&r.phases, Phase::SpawnCost);
-    let key_wrap = if first.ends_with("binary") {
-        Wrap::Path
-    } else {
-        Wrap::Words
-    };
     let cols = [
-        Column::new(first, shown().map(|(_, l)| l.clone()).collect()).left(key_wrap),
+        key_column(first, shown().map(|(_, l)| l.clone()).collect()),
         col("processes", &|r| r.processes.to_string()),
         col("execs", &|r| r.execs.to_string()).drop(5),
         col("failed execs", &|r| r.failed_execs.to_string()).drop(2),
@@ -163,12 +169,7 @@ fn breakdown_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         .filter(|(r, _)| r.processes > 0)
         .take(top)
         .collect();
-    let key_wrap = if first.ends_with("binary") {
-        Wrap::Path
-    } else {
-        Wrap::Words
-    };
-    let key = Column::new(first, shown.iter().map(|(_, l)| (*l).clone()).collect()).left(key_wrap);
+    let key = key_column(first, shown.iter().map(|(_, l)| (*l).clone()).collect());
     let phases: Vec<Column> = std::iter::once(Phase::SpawnCost)
         .chain(Phase::BREAKDOWN)
         .map(|phase| {

@@ -94,6 +94,14 @@ fn immutable_uri(path: &Path) -> String {
     uri
 }
 
+/// A TEXT or BLOB column's bytes (paths are stored as either); None for NULL.
+fn bytes(value: ValueRef<'_>) -> Option<Vec<u8>> {
+    match value {
+        ValueRef::Text(b) | ValueRef::Blob(b) => Some(b.to_vec()),
+        _ => None,
+    }
+}
+
 /// TEXT or BLOB column as bytes, copied into a fixed NUL-terminated buffer.
 fn fill(buf: &mut [u8], value: ValueRef<'_>) {
     let bytes = match value {
@@ -208,10 +216,7 @@ impl Recording {
         }
         let mut s = self.conn.prepare("SELECT id, path FROM cgroups")?;
         let rows = s.query_map([], |r| {
-            let path = match r.get_ref(1)? {
-                ValueRef::Text(b) | ValueRef::Blob(b) => b.to_vec(),
-                _ => Vec::new(),
-            };
+            let path = bytes(r.get_ref(1)?).unwrap_or_default();
             Ok((r.get::<_, i64>(0)? as u64, path))
         })?;
         rows.collect()
@@ -223,10 +228,6 @@ impl Recording {
         if self.schema_version() < 4 {
             return Ok(Vec::new());
         }
-        let bytes = |v: ValueRef<'_>| match v {
-            ValueRef::Text(b) | ValueRef::Blob(b) => Some(b.to_vec()),
-            _ => None,
-        };
         let mut s = self
             .conn
             .prepare("SELECT pid, binary, parent_binary FROM found")?;

@@ -127,3 +127,25 @@ fn completions_and_man_page_come_from_the_command_line_definition() {
     );
     assert_eq!(forkprof(&["completions", "nosuch"]).status.code(), Some(2));
 }
+
+/// A full disk stops each per-process output with one line naming the file, exit 1, no
+/// panic (/dev/full fails every write with ENOSPC).
+#[test]
+fn a_full_disk_is_an_error_naming_the_file() {
+    let db = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db");
+    let db = db.to_str().unwrap();
+    for args in [
+        &["report", db, "--perfetto", "/dev/full"][..],
+        &["report", db, "--flamegraph", "/dev/full"][..],
+        &["report", db, "--folded", "/dev/full"][..],
+    ] {
+        let out = forkprof(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot write /dev/full") && err.contains("No space left"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}

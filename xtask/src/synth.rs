@@ -2,15 +2,21 @@
 //! sqlite3 shell from the real schema (forkprof/src/recording/schema.sql), for benchmarking
 //! `forkprof report` at sizes no test run produces.
 //!
-//! Shape: a tree (each process's parent is process i/8), fork and posix_spawn alternating,
-//! 50 distinct binaries, one successful exec each plus a failed PATH-search attempt for one
-//! process in four, a complete dynamic-linker window and an exit. The root (pid 1000) existed
-//! before tracing: its label is in `found`. Written with
+//! Shape: a build. The root (pid 1000, `make`) existed before tracing: its label is in
+//! `found`. It starts 10 sub-makes that run to the end. They start jobs, one every
+//! `SPACING_NS` (10,000 spawns a second): a `sh` that starts one tool (50 distinct binaries)
+//! and ends 3 ms after it started, its tool 2 ms after. Fork and posix_spawn alternate; each
+//! process execs once, a tool after a failed PATH-search attempt one time in two, and has a
+//! complete dynamic-linker window and an exit. Each table's rows are in time order, as
+//! forkprof writes them (in the order the kernel hands them over). Written with
 //! `RECORDING_SCHEMA`'s columns: the unit test below fails when the schema grows a column.
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail};
+
+/// Time between two spawns.
+pub const SPACING_NS: u64 = 100_000;
 
 #[derive(clap::Args, Debug)]
 pub struct SynthArgs {
@@ -37,23 +43,36 @@ BEGIN;
 INSERT INTO meta VALUES ('schema_version','5'),('mode','synthetic'),('host','synthetic'),
   ('wall_ns','{wall}'),('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');
 CREATE TEMP TABLE ids AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < {n}) SELECT i FROM c;
-INSERT INTO spawns SELECT 1000+i, i*1000, i*1000+60000, 1000+i/8, (i/8)*1000, 1000+i/8, 1000+i,
+INSERT INTO spawns SELECT 1000+i, i*{d}, i*{d}+60000, 1000+{parent}, ({parent})*{d}, 1000+{parent}, 1000+i,
   CASE WHEN i%2=0 THEN 'fork' ELSE 'posix_spawn' END, CASE WHEN i%2=0 THEN 56 ELSE 435 END,
-  CASE WHEN i%2=0 THEN 17 ELSE 16640 END, 0, i*1000-5, 40000+i%1000, CASE WHEN i%2=0 THEN 30000 ELSE 0 END,
-  CASE WHEN i%2=0 THEN 0 ELSE 300000 END, 'make', 100+i%10 FROM ids;
-INSERT INTO execs SELECT 1000+i, i*1000, i*1000+70000, 1000+i, '/usr/local/bin/tool'||(i%50), 'tool'||(i%50),
-  1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0, 100+i%10 FROM ids WHERE i%4=0;
-INSERT INTO execs SELECT 1000+i, i*1000, i*1000+200000, 1000+i, '/usr/bin/tool'||(i%50),
-  'tool'||(i%50)||char(0)||'-c'||char(0)||'input'||i||'.c', 3, 0, 150000+i%5000, 40000, 100000, 0, 0, i%7,
-  CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0, 100+i%10 FROM ids;
-INSERT INTO lds SELECT 1000+i, i*1000, i*1000+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0 FROM ids;
+  CASE WHEN i%2=0 THEN 17 ELSE 16640 END, 0, i*{d}-5, 40000+i%1000, CASE WHEN i%2=0 THEN 30000 ELSE 0 END,
+  CASE WHEN i%2=0 THEN 0 ELSE 300000 END, CASE WHEN i<=10 OR i%2=1 THEN 'make' ELSE 'sh' END, 100+i%10 FROM ids;
+INSERT INTO execs SELECT * FROM (
+  SELECT 1000+i, i*{d}, i*{d}+70000 AS ts, 1000+i, '/usr/local/bin/tool'||((i/2)%50), 'tool'||((i/2)%50),
+    1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0, 100+i%10 FROM ids WHERE i%4=0 AND i>10
+  UNION ALL
+  SELECT 1000+i, i*{d}, i*{d}+200000, 1000+i, {binary},
+    {binary}||char(0)||'-c'||char(0)||'input'||i||'.c', 3, 0, 150000+i%5000, 40000, 100000, 0, 0, i%7,
+    CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0, 100+i%10 FROM ids)
+  ORDER BY ts;
+INSERT INTO lds SELECT 1000+i, i*{d}, i*{d}+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0 FROM ids;
 INSERT INTO found VALUES (1000, '/usr/bin/make', '/usr/bin/bash');
 INSERT INTO cgroups SELECT 100+i%10, '/system.slice/ci-runner.service/job-'||(i%10) FROM ids WHERE i <= 10;
-INSERT INTO exits SELECT 1000+i, i*1000, i*1000+3000000, 0, 1, 50000, 0, i*1000+2950000, 'tool'||(i%50), 0, 0 FROM ids;
+INSERT INTO exits SELECT 1000+i, i*{d}, {exit}, 0, 1, 50000, 0, {exit}-50000, replace({binary}, rtrim({binary}, replace({binary}, '/', '')), ''), 0, 0 FROM ids
+  ORDER BY {exit};
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
 ",
-        wall = n * 1000 + 3_000_000
+        wall = n * SPACING_NS + 6_000_000,
+        d = SPACING_NS,
+        parent = "CASE WHEN i<=10 THEN 0 WHEN i%2=1 THEN 1+i%10 ELSE i-1 END",
+        binary = "CASE WHEN i<=10 THEN '/usr/bin/make' WHEN i%2=1 THEN '/bin/sh' \
+                  ELSE '/usr/bin/tool'||((i/2)%50) END",
+        exit = format!(
+            "CASE WHEN i<=10 THEN {end} WHEN i%2=1 THEN i*{SPACING_NS}+3000000 \
+             ELSE i*{SPACING_NS}+2000000 END",
+            end = n * SPACING_NS + 5_000_000
+        ),
     );
     let mut child = Command::new("sqlite3")
         .arg(&args.output)
@@ -99,7 +118,19 @@ mod tests {
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         };
         assert_eq!(count("SELECT count(*) FROM spawns"), "100");
-        assert_eq!(count("SELECT count(*) FROM execs"), "125");
+        // One exec each, and a failed attempt before it for the tools with i % 4 == 0
+        // (i > 10): 25 - 2.
+        assert_eq!(count("SELECT count(*) FROM execs"), "123");
+        // A parent outlives its children, as in a real tree: none exits before a child of
+        // its was created, or before a child of its exited.
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM spawns c JOIN exits pe ON pe.pid = c.parent_pid \
+                 JOIN exits ce ON ce.pid = c.pid \
+                 WHERE pe.ts_ns < c.ts_ns OR pe.ts_ns < ce.ts_ns"
+            ),
+            "0"
+        );
         assert_eq!(count("SELECT count(*) FROM exits"), "100");
         assert_eq!(count("SELECT binary FROM found"), "/usr/bin/make");
         // Every cgroup id the rows carry has a name.

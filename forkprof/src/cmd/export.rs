@@ -20,7 +20,9 @@ mod enabled {
     use crate::cli::refuse_overwrite;
     use crate::cmd::report::EXIT_BAD_RECORDING;
     use crate::elf::InterpCache;
-    use crate::model::processes;
+    use crate::model::processes::ProcessView;
+    use crate::model::trace::{Binaries, Origin};
+    use crate::model::{Process, Trace};
     use crate::output::parquet::{self, FileInfo};
     use crate::privilege::{InvokingUser, create_private_file};
     use crate::recording::Recording;
@@ -57,8 +59,8 @@ mod enabled {
                 return Ok(EXIT_BAD_RECORDING);
             }
         };
-        // Exec arguments are not exported: they are never loaded.
-        let trace = match recording.load(false) {
+        // Exec arguments are not exported: they are never read.
+        let start = match recording.stream_start(false) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("forkprof: {e}");
@@ -82,8 +84,19 @@ mod enabled {
         let is_static = |p: &[u8]| loaders.is_static(p);
         let owner = InvokingUser::from_env()?;
         let file = create_private_file(&args.parquet, owner.as_ref())?;
-        let rows = processes::in_order(&trace, &is_static);
-        match parquet::write(rows, &info, file) {
+        // Rows are written as the processes complete (see `model::assemble`): memory
+        // stays flat whatever the recording's size.
+        let written = (|| {
+            let mut w = parquet::Writer::new(&info, file)?;
+            let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, _: &Origin| {
+                w.push(&ProcessView::of(trace, p, bins.clone(), &is_static))
+            };
+            match recording.processes(start, false, &mut sink) {
+                Ok(_) => w.finish(),
+                Err(e) => Err(e),
+            }
+        })();
+        match written {
             Ok((n, _)) => {
                 eprintln!(
                     "forkprof: {n} processes written to {}",
@@ -95,6 +108,11 @@ mod enabled {
                 // No half-written file is left behind (a full disk, say); a device stays.
                 if std::fs::metadata(&args.parquet).is_ok_and(|m| m.is_file()) {
                     let _ = std::fs::remove_file(&args.parquet);
+                }
+                // A recording found corrupt part way through is bad input (exit 2).
+                if let Some(bad) = e.downcast_ref::<crate::recording::RecordingError>() {
+                    eprintln!("forkprof: {bad}");
+                    return Ok(EXIT_BAD_RECORDING);
                 }
                 Err(e.context(format!("cannot write {}", args.parquet.display())))
             }

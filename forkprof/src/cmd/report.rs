@@ -1,17 +1,16 @@
 //! `forkprof report FILE`: tables, JSON, CSV, flame graphs and timelines from a recording.
 use std::io::Write as _;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::cli::{Format, ReportCmdArgs};
 use crate::elf::InterpCache;
 use crate::model::phases::Phase;
-use crate::model::report::GroupBy;
-use crate::model::{
-    Report,
-    report::{Context, Filter},
-};
+use crate::model::report::{Context, Filter, GroupBy, Item, ReportBuilder};
+use crate::model::trace::{Binaries, Origin};
+use crate::model::{Process, Trace};
 use crate::output;
+use crate::output::perfetto::Timeline;
 use crate::privilege::{InvokingUser, create_private_file};
 use crate::recording::Recording;
 
@@ -32,17 +31,37 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             return Ok(EXIT_BAD_RECORDING);
         }
     };
-    let trace = match recording.load(args.processes) {
+    let failed = |e: &dyn std::fmt::Display| {
+        eprintln!("forkprof: {e}");
+        Ok(EXIT_BAD_RECORDING)
+    };
+    let mut start = match recording.stream_start(args.processes) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("forkprof: {e}");
-            return Ok(EXIT_BAD_RECORDING);
-        }
+        Err(e) => return failed(&e),
     };
     let num = |k: &str| recording.meta.get(k).and_then(|v| v.parse::<u64>().ok());
-    let wall_ns = num("wall_ns")
-        .or_else(|| Some(num("ended_ns")? - num("started_ns")?))
-        .unwrap_or_else(|| trace.last_ns.saturating_sub(trace.first_ns.unwrap_or(0)));
+    let meta_wall_ns = num("wall_ns").or_else(|| Some(num("ended_ns")? - num("started_ns")?));
+    // The first record's time is where --from/--to and the timeline start, and the wall
+    // time of a recording that did not keep it is the records' span: both from a scan of
+    // the tables, made only when needed.
+    let span = if args.from.is_some()
+        || args.to.is_some()
+        || args.perfetto.is_some()
+        || meta_wall_ns.is_none()
+    {
+        match recording.span() {
+            Ok(s) => s,
+            Err(e) => return failed(&e),
+        }
+    } else {
+        None
+    };
+    if let Some((first, _)) = span {
+        start.first_ns = Some(first);
+    }
+    let wall_ns = meta_wall_ns
+        .or_else(|| span.map(|(a, b)| b - a))
+        .unwrap_or(0);
     let sources = recording
         .meta
         .get("sources")
@@ -52,7 +71,6 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         .filter_map(|(k, v)| Some((Phase::from_name(&k)?, v)))
         .collect();
     let by = GroupBy::from(args.by);
-    let groupings = vec![by];
     let loaders = InterpCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let command = recording
@@ -65,37 +83,86 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         from_ns: args.from.map(|d| d.as_nanos() as u64),
         to_ns: args.to.map(|d| d.as_nanos() as u64),
     };
-    let report = Report::build(
-        &trace,
-        &Context {
-            command,
-            exit: recording
-                .meta
-                .get("exit")
-                .and_then(|e| serde_json::from_str(e).ok()),
-            wall_ns,
-            sources,
-            is_static: &is_static,
-            groupings,
-            sort: args.sort.into(),
-            filter: filter.clone(),
-            processes: args.processes,
-            folded: args.flamegraph.is_some() || args.folded.is_some(),
-        },
-    );
+    let ctx = Context {
+        command,
+        exit: recording
+            .meta
+            .get("exit")
+            .and_then(|e| serde_json::from_str(e).ok()),
+        wall_ns,
+        sources,
+        is_static: &is_static,
+        groupings: vec![by],
+        sort: args.sort.into(),
+        filter,
+        processes: args.processes,
+        folded: args.flamegraph.is_some() || args.folded.is_some(),
+        flame_root: matches!(by, GroupBy::Cgroup | GroupBy::Unit).then_some(by),
+    };
     let owner = InvokingUser::from_env()?;
+    // Per-process outputs are written as the processes complete.
+    let mut timeline_file = match &args.perfetto {
+        Some(path) => Some(std::io::BufWriter::new(create_private_file(
+            path,
+            owner.as_ref(),
+        )?)),
+        None => None,
+    };
+    let mut timeline = match timeline_file.as_mut() {
+        Some(f) => {
+            let mut t = Timeline::begin(f, start.first_ns.unwrap_or(0))?;
+            t.children_first = true;
+            Some(t)
+        }
+        None => None,
+    };
+    let mut rows = match args.processes {
+        true => Some(output::json::RowSpool::new()?),
+        false => None,
+    };
+    let mut builder = ReportBuilder::new(&ctx);
+    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
+        let item = Item {
+            process: p,
+            binaries: bins,
+            ancestry: &origin.ancestry,
+        };
+        let Some(row) = builder.add(trace, item) else {
+            return Ok(());
+        };
+        if let (Some(t), Some(path)) = (timeline.as_mut(), &args.perfetto) {
+            t.process(p, &bins.last, trace.last_ns)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(spool), Some(row)) = (rows.as_mut(), row) {
+            spool
+                .push(&row)
+                .context("cannot keep the per-process rows in a temporary file")?;
+        }
+        Ok(())
+    };
+    let trace = match recording.processes(start, args.processes, &mut sink) {
+        Ok(t) => t,
+        Err(e) => match e.downcast_ref::<crate::recording::RecordingError>() {
+            Some(bad) => return failed(bad),
+            None => return Err(e),
+        },
+    };
+    if let (Some(t), Some(path)) = (timeline, &args.perfetto) {
+        t.end()
+            .and_then(|()| Ok(timeline_file.as_mut().map(|f| f.flush()).transpose()?))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let report = builder.finish(&trace, None);
     if let Some(path) = &args.folded {
         let mut f = create_private_file(path, owner.as_ref())?;
-        output::flamegraph::write_folded(&report, &mut f)?;
+        output::flamegraph::write_folded(&report, &mut f)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &args.flamegraph {
         let mut f = create_private_file(path, owner.as_ref())?;
-        output::flamegraph::write_svg(&report, &mut f)?;
-    }
-    if let Some(path) = &args.perfetto {
-        let mut f = std::io::BufWriter::new(create_private_file(path, owner.as_ref())?);
-        output::perfetto::write(&trace, &filter, &mut f)?;
-        f.flush()?;
+        output::flamegraph::write_svg(&report, &mut f)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -103,7 +170,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         Format::Table => {
             output::table::write(&report, args.top, output::width::stdout(), &mut out)?
         }
-        Format::Json => output::json::write(&report, &mut out)?,
+        Format::Json => output::json::write_with_rows(&report, rows, &mut out)?,
         Format::Csv => output::csv::write(&report, by, &mut out)?,
     }
     out.flush()?;

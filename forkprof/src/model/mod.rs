@@ -1,5 +1,6 @@
 //! The pure model: records in, numbers out. Nothing here touches the kernel, so all of it is
 //! unit-tested from synthetic records.
+pub mod assemble;
 pub mod bench;
 pub mod cgroup;
 pub mod diff;

@@ -26,19 +26,14 @@ pub fn is_static(p: &Process, last: &[u8], is_static_binary: &dyn Fn(&[u8]) -> b
     p.execs.iter().any(|e| e.errno == 0) && is_static_binary(last)
 }
 
-/// The trace's processes in creation order (`Trace::by_start`), each with its binaries
-/// (`Trace::binaries`) and phases (`Phases::of`). `is_static_binary` says whether the binary
-/// at a path is statically linked. The order and the binaries are computed up front (they
-/// need the whole tree); each process's phases only when it is reached.
-pub fn in_order<'a>(
-    trace: &'a Trace,
-    is_static_binary: &'a dyn Fn(&[u8]) -> bool,
-) -> impl ExactSizeIterator<Item = ProcessView<'a>> + 'a {
-    let order = trace.by_start();
-    let binaries = trace.binaries(&order);
-    order.into_iter().map(move |i| {
-        let process = &trace.processes[i];
-        let binaries = binaries[i].clone();
+impl<'a> ProcessView<'a> {
+    /// Process `p` of `trace` (which names its cgroup), whose binaries are `binaries`.
+    pub fn of(
+        trace: &Trace,
+        process: &'a Process,
+        binaries: Binaries,
+        is_static_binary: &dyn Fn(&[u8]) -> bool,
+    ) -> Self {
         let phases = Phases::of(
             process,
             is_static(process, &binaries.last, is_static_binary),
@@ -57,5 +52,25 @@ pub fn in_order<'a>(
             failed_execs: process.execs.len() as u64 - ok,
             cgroup,
         }
+    }
+}
+
+/// The trace's processes in creation order (`Trace::by_start`), each with its binaries
+/// (`Trace::binaries`) and phases (`Phases::of`). `is_static_binary` says whether the binary
+/// at a path is statically linked. The order and the binaries are computed up front (they
+/// need the whole tree); each process's phases only when it is reached.
+pub fn in_order<'a>(
+    trace: &'a Trace,
+    is_static_binary: &'a dyn Fn(&[u8]) -> bool,
+) -> impl ExactSizeIterator<Item = ProcessView<'a>> + 'a {
+    let order = trace.by_start();
+    let binaries = trace.binaries(&order);
+    order.into_iter().map(move |i| {
+        ProcessView::of(
+            trace,
+            &trace.processes[i],
+            binaries[i].clone(),
+            is_static_binary,
+        )
     })
 }

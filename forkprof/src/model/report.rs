@@ -1,16 +1,14 @@
 //! The report: everything `run` (and later `report`) prints, as one serializable value. The
 //! table and JSON outputs both render this, so they always agree.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-
-use forkprof_common::ProcKey;
 
 use super::hints::Hint;
 use super::mounts::{Mount, mount_of};
 use super::phases::{Phase, PhaseMap, atime_updates};
 use super::stats::{Accumulator, Summary};
-use super::trace::{Binaries, ExitStatus, LostCounts, Shared};
+use super::trace::{Binaries, ExitStatus, LostCounts, Names, Shared};
 use super::{Method, PHASES, Phases, Process, Trace};
 
 pub const REPORT_JSON_VERSION: u32 = 1;
@@ -234,6 +232,8 @@ pub struct Context<'a> {
     /// Sum spawn cost per ancestry stack (for flame graphs): far lighter than grouping by
     /// ancestry, which keeps every phase's distribution per stack.
     pub folded: bool,
+    /// Root each flame-graph stack at the process's cgroup (`Cgroup`) or unit (`Unit`).
+    pub flame_root: Option<GroupBy>,
 }
 
 impl<'a> Context<'a> {
@@ -250,6 +250,7 @@ impl<'a> Context<'a> {
             filter: Filter::default(),
             processes: true,
             folded: false,
+            flame_root: None,
         }
     }
 }
@@ -400,233 +401,346 @@ fn groupings_built(asked: &[GroupBy]) -> Vec<GroupBy> {
     all
 }
 
-/// The last path component, for ancestry frames; ';' would split a frame, so it becomes '_'.
-fn frame(path: &[u8]) -> Vec<u8> {
-    let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-    base.iter()
-        .map(|&b| if b == b';' { b'_' } else { b })
-        .collect()
-}
-
-/// "root;...;parent;self" of binary base names, for every process (by index).
+/// "root;...;parent;self" of binary base names, for every process (by index): its
+/// ancestry (`Origin::ancestry`) and its own final binary.
 pub fn ancestries(trace: &Trace, order: &[usize], binaries: &[Binaries]) -> Vec<Shared> {
-    let mut stacks: HashSet<Shared> = HashSet::new();
-    let mut out: Vec<Option<Shared>> = vec![None; trace.processes.len()];
-    let index: HashMap<ProcKey, usize> = trace
-        .processes
+    let mut names = Names::default();
+    let origins = trace.origins(order, &mut names);
+    origins
         .iter()
-        .enumerate()
-        .map(|(i, p)| (p.key, i))
-        .collect();
-    for &i in order {
-        let p = &trace.processes[i];
-        let own = frame(&binaries[i].last);
-        let stack: Vec<u8> = match p
-            .parent
-            .map(|k| index.get(&k).and_then(|&pi| out[pi].clone()))
-        {
-            Some(Some(parent)) => [&parent[..], b";", &own].concat(),
-            Some(None) => [&frame(&binaries[i].at_spawn)[..], b";", &own].concat(),
-            None => own,
-        };
-        let shared = match stacks.get(stack.as_slice()) {
-            Some(s) => s.clone(),
-            None => {
-                let s: Shared = stack.into();
-                stacks.insert(s.clone());
-                s
-            }
-        };
-        out[i] = Some(shared);
-    }
-    out.into_iter()
-        .map(|s| s.unwrap_or_else(|| Shared::from(&b"?"[..])))
+        .zip(binaries)
+        .map(|(o, b)| match o {
+            Some(o) => names.stack(&o.ancestry, &b.last),
+            None => names.unknown.clone(),
+        })
         .collect()
 }
 
-impl Report {
-    pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
-        let order = trace.by_start();
-        let binaries = trace.binaries(&order);
-        let ancestry = if ctx.folded || ctx.groupings.contains(&GroupBy::Ancestry) {
-            ancestries(trace, &order, &binaries)
-        } else {
-            Vec::new()
-        };
-        let method_keys: HashMap<&'static str, Shared> = Method::ALL
-            .iter()
-            .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
-            .collect();
-        let cgroup_keys: Vec<Vec<Shared>> = [GroupBy::Cgroup, GroupBy::Unit]
-            .iter()
-            .map(|&by| {
-                if ctx.groupings.contains(&by) {
-                    cgroup_keys(trace, by)
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect();
-        let first_ns = trace.first_ns.unwrap_or(0);
-        let mut summary = SummaryCounts {
-            threads: trace.threads,
-            failed_spawns: trace.failed_spawns,
-            lost_events: trace.lost.total(),
-            lost: trace.lost.clone(),
-            exits_without_notify: trace.exits_without_notify,
-            ..Default::default()
-        };
-        let mut methods: BTreeMap<&'static str, u64> = BTreeMap::new();
-        let mut all = Phased::default();
-        let groupings = groupings_built(&ctx.groupings);
-        let mut groups: Vec<HashMap<Shared, Group>> = vec![HashMap::new(); groupings.len()];
-        let mut processes = Vec::new();
-        let mut spawn_times = Vec::new();
-        let mut spawn_cost_total = 0u64;
-        let mut filtered_threads = 0u64;
-        let mut folded: HashMap<Shared, u64> = HashMap::new();
-        // Atime updates by the mount of the binary (index into `trace.mounts`).
-        let mut atime_by_mount: HashMap<usize, u64> = HashMap::new();
+/// Spawns per second in the busiest window. The window is the run split into equal parts
+/// of at most one second (the whole run when it is shorter than a second; 1 s when the wall
+/// time is unknown). Spawn times are counted in steps of a sixteenth of the window, and the
+/// window slides over them step by step: memory grows with the run's length, not with its
+/// number of spawns. A window that starts between two steps can hold up to one step's
+/// spawns more than any counted, and some window holds at least the mean's share, so the
+/// peak is never shown below the mean.
+pub struct SpawnPeak {
+    window_ns: u64,
+    step_ns: u64,
+    /// Spawns per step, from step `first` on.
+    counts: std::collections::VecDeque<u32>,
+    first: u64,
+    spawns: u64,
+}
 
-        for &i in &order {
-            let p = &trace.processes[i];
-            let bins = &binaries[i];
-            if !ctx.filter.matches(p, bins, first_ns) {
-                continue;
-            }
-            if ctx.filter.is_active() {
-                filtered_threads += u64::from(p.threads);
-            }
-            let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
-            let ph = Phases::of(p, is_static);
-            summary.processes += 1;
-            if p.exit.is_none() {
-                summary.still_running += 1;
-            }
-            let atime = atime_updates(p);
-            summary.atime_updates = summary.atime_updates.saturating_add(atime);
-            if atime > 0
-                && let Some(i) = mount_of(&trace.mounts, &bins.last)
-            {
-                *atime_by_mount.entry(i).or_default() += atime;
-            }
-            if let Some(s) = &p.spawn {
-                spawn_times.push(s.start_ns);
-                *methods.entry(p.method.name()).or_default() += 1;
-            }
-            all.add(&ph);
-            spawn_cost_total =
-                spawn_cost_total.saturating_add(ph.get(Phase::SpawnCost).unwrap_or(0));
-            if ctx.folded
-                && let Some(cost) = ph.get(Phase::SpawnCost)
-                && cost > 0
-            {
-                let f = folded.entry(ancestry[i].clone()).or_default();
-                *f = f.saturating_add(cost);
-            }
-            for e in &p.execs {
-                if e.errno == 0 {
-                    summary.execs += 1;
-                } else {
-                    summary.failed_execs += 1;
-                }
-            }
-            for (by, map) in groupings.iter().zip(groups.iter_mut()) {
-                let key: &Shared = match by {
-                    GroupBy::Binary => &bins.last,
-                    GroupBy::Parent => &bins.at_spawn,
-                    GroupBy::Method => &method_keys[p.method.name()],
-                    GroupBy::Ancestry => &ancestry[i],
-                    GroupBy::Cgroup => &cgroup_keys[0][i],
-                    GroupBy::Unit => &cgroup_keys[1][i],
-                };
-                let group = match map.get_mut(key) {
-                    Some(g) => g,
-                    None => map.entry(key.clone()).or_default(),
-                };
-                group.add_process(p, &ph);
-                if *by == GroupBy::Binary {
-                    // Failed attempts count in the process's own row, where their
-                    // `exec_failed` time is: a PATH search is one finding, in the row of
-                    // the binary finally exec'd, or of `not found: NAME`. Successful execs
-                    // count under the path they named.
-                    group.add_execs(p, false);
-                    for e in p.execs.iter().filter(|e| e.errno == 0) {
-                        map.entry(e.path.clone()).or_default().execs += 1;
-                    }
-                } else {
-                    group.add_execs(p, true);
-                }
-            }
-            if ctx.processes {
-                processes.push(ProcessRow {
-                    pid: p.key.pid,
-                    start_ns: p.key.start_ns,
-                    parent_pid: p.parent.map(|k| k.pid),
-                    method: p.method,
-                    binary: escape(&bins.last),
-                    parent_binary: escape(&bins.at_spawn),
-                    execs: p
-                        .execs
-                        .iter()
-                        .map(|e| ExecRow {
-                            path: escape(&e.path),
-                            args: e.args.iter().map(|a| escape(a)).collect(),
-                            argc: e.argc,
-                            errno: e.errno,
-                            exec_ns: e.exec_ns,
-                        })
-                        .collect(),
-                    exit: p.exit_status(),
-                    atime_updates: atime,
-                    phases: PHASES
-                        .iter()
-                        .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
-                        .collect(),
-                });
-            }
+/// Steps per window.
+const PEAK_STEPS: u64 = 16;
+
+impl SpawnPeak {
+    pub fn new(wall_ns: u64) -> Self {
+        const SECOND: u64 = 1_000_000_000;
+        let window_ns = match wall_ns {
+            0 => SECOND,
+            w => w / w.div_ceil(SECOND),
         }
-        // A filtered report counts the threads of the processes it covers.
+        .max(PEAK_STEPS);
+        Self {
+            window_ns,
+            step_ns: window_ns / PEAK_STEPS,
+            counts: std::collections::VecDeque::new(),
+            first: 0,
+            spawns: 0,
+        }
+    }
+
+    pub fn add(&mut self, t_ns: u64) {
+        let step = t_ns / self.step_ns;
+        if self.counts.is_empty() {
+            self.first = step;
+        }
+        while step < self.first {
+            self.counts.push_front(0);
+            self.first -= 1;
+        }
+        let i = (step - self.first) as usize;
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] = self.counts[i].saturating_add(1);
+        self.spawns += 1;
+    }
+
+    /// Spawns per second in the busiest window; `wall_ns` gives the mean it is never below.
+    pub fn per_second(&self, wall_ns: u64) -> f64 {
+        let steps = PEAK_STEPS as usize;
+        let mut best = 0u64;
+        let mut sum = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            sum += u64::from(c);
+            if i >= steps {
+                sum -= u64::from(self.counts[i - steps]);
+            }
+            best = best.max(sum);
+        }
+        let peak = best as f64 * 1e9 / self.window_ns as f64;
+        let mean = if wall_ns > 0 {
+            self.spawns as f64 * 1e9 / wall_ns as f64
+        } else {
+            0.0
+        };
+        peak.max(mean)
+    }
+}
+
+/// A report built one process at a time: `add` each process of the report (in any order),
+/// then `finish`. Memory grows with the number of groups, not of processes.
+pub struct ReportBuilder<'c, 'a> {
+    ctx: &'c Context<'a>,
+    groupings: Vec<GroupBy>,
+    groups: Vec<HashMap<Shared, Group>>,
+    summary: SummaryCounts,
+    methods: BTreeMap<&'static str, u64>,
+    all: Phased,
+    peak: SpawnPeak,
+    spawns: u64,
+    spawn_cost_total: u64,
+    filtered_threads: u64,
+    folded: HashMap<Shared, u64>,
+    /// Atime updates by the mount of the binary (index into `trace.mounts`).
+    atime_by_mount: HashMap<usize, u64>,
+    method_keys: HashMap<&'static str, Shared>,
+    units: HashMap<Shared, Shared>,
+    names: Names,
+}
+
+/// One process, as the report needs it: the process, its binaries, and its ancestry
+/// (`Origin::ancestry`).
+pub struct Item<'p> {
+    pub process: &'p Process,
+    pub binaries: &'p Binaries,
+    pub ancestry: &'p Shared,
+}
+
+impl<'c, 'a> ReportBuilder<'c, 'a> {
+    pub fn new(ctx: &'c Context<'a>) -> Self {
+        let groupings = groupings_built(&ctx.groupings);
+        Self {
+            ctx,
+            groups: vec![HashMap::new(); groupings.len()],
+            groupings,
+            summary: SummaryCounts::default(),
+            methods: BTreeMap::new(),
+            all: Phased::default(),
+            peak: SpawnPeak::new(ctx.filter.wall_ns(ctx.wall_ns)),
+            spawns: 0,
+            spawn_cost_total: 0,
+            filtered_threads: 0,
+            folded: HashMap::new(),
+            atime_by_mount: HashMap::new(),
+            method_keys: Method::ALL
+                .iter()
+                .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
+                .collect(),
+            units: HashMap::new(),
+            names: Names::default(),
+        }
+    }
+
+    /// The key of a cgroup grouping (`unit`: the unit of the cgroup).
+    fn cgroup_key(&mut self, trace: &Trace, p: &Process, unit: bool) -> Shared {
+        let path = super::cgroup::label(trace, p);
+        if !unit || path.as_ref() == b"?" {
+            return path;
+        }
+        self.units
+            .entry(path.clone())
+            .or_insert_with(|| {
+                let u = super::cgroup::unit_of(&String::from_utf8_lossy(&path));
+                Shared::from(u.as_bytes())
+            })
+            .clone()
+    }
+
+    /// Adds one process; `trace` gives what is known beyond it (cgroup names, mounts, the
+    /// first record's time). Returns its row when the report has per-process rows, and
+    /// `None` when the filter leaves it out.
+    pub fn add(&mut self, trace: &Trace, item: Item<'_>) -> Option<Option<ProcessRow>> {
+        let Item {
+            process: p,
+            binaries: bins,
+            ancestry,
+        } = item;
+        let ctx = self.ctx;
+        if !ctx.filter.matches(p, bins, trace.first_ns.unwrap_or(0)) {
+            return None;
+        }
         if ctx.filter.is_active() {
-            summary.threads = filtered_threads;
+            self.filtered_threads += u64::from(p.threads);
         }
+        let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
+        let ph = Phases::of(p, is_static);
+        let summary = &mut self.summary;
+        summary.processes += 1;
+        if p.exit.is_none() {
+            summary.still_running += 1;
+        }
+        let atime = atime_updates(p);
+        summary.atime_updates = summary.atime_updates.saturating_add(atime);
+        if atime > 0
+            && let Some(i) = mount_of(&trace.mounts, &bins.last)
+        {
+            *self.atime_by_mount.entry(i).or_default() += atime;
+        }
+        if let Some(s) = &p.spawn {
+            self.peak.add(s.start_ns);
+            self.spawns += 1;
+            *self.methods.entry(p.method.name()).or_default() += 1;
+        }
+        self.all.add(&ph);
+        self.spawn_cost_total = self
+            .spawn_cost_total
+            .saturating_add(ph.get(Phase::SpawnCost).unwrap_or(0));
+        for e in &p.execs {
+            if e.errno == 0 {
+                summary.execs += 1;
+            } else {
+                summary.failed_execs += 1;
+            }
+        }
+        let needs_stack = ctx.folded || self.groupings.contains(&GroupBy::Ancestry);
+        let stack = needs_stack.then(|| self.names.stack(ancestry, &bins.last));
+        if ctx.folded
+            && let Some(cost) = ph.get(Phase::SpawnCost)
+            && cost > 0
+            && let Some(stack) = &stack
+        {
+            let key = match ctx.flame_root {
+                Some(by @ (GroupBy::Cgroup | GroupBy::Unit)) => {
+                    let root = self.cgroup_key(trace, p, by == GroupBy::Unit);
+                    let mut k = frame_of_group(&root);
+                    k.push(b';');
+                    k.extend_from_slice(stack);
+                    self.names.label(&k)
+                }
+                _ => stack.clone(),
+            };
+            let f = self.folded.entry(key).or_default();
+            *f = f.saturating_add(cost);
+        }
+        for gi in 0..self.groupings.len() {
+            let by = self.groupings[gi];
+            let key: Shared = match by {
+                GroupBy::Binary => bins.last.clone(),
+                GroupBy::Parent => bins.at_spawn.clone(),
+                GroupBy::Method => self.method_keys[p.method.name()].clone(),
+                GroupBy::Ancestry => stack.clone().unwrap_or_else(|| self.names.unknown.clone()),
+                GroupBy::Cgroup => self.cgroup_key(trace, p, false),
+                GroupBy::Unit => self.cgroup_key(trace, p, true),
+            };
+            let map = &mut self.groups[gi];
+            let group = match map.get_mut(&key) {
+                Some(g) => g,
+                None => map.entry(key).or_default(),
+            };
+            group.add_process(p, &ph);
+            if by == GroupBy::Binary {
+                // Failed attempts count in the process's own row, where their
+                // `exec_failed` time is: a PATH search is one finding, in the row of
+                // the binary finally exec'd, or of `not found: NAME`. Successful execs
+                // count under the path they named.
+                group.add_execs(p, false);
+                for e in p.execs.iter().filter(|e| e.errno == 0) {
+                    map.entry(e.path.clone()).or_default().execs += 1;
+                }
+            } else {
+                group.add_execs(p, true);
+            }
+        }
+        Some(ctx.processes.then(|| {
+            ProcessRow {
+                pid: p.key.pid,
+                start_ns: p.key.start_ns,
+                parent_pid: p.parent.map(|k| k.pid),
+                method: p.method,
+                binary: escape(&bins.last),
+                parent_binary: escape(&bins.at_spawn),
+                execs: p
+                    .execs
+                    .iter()
+                    .map(|e| ExecRow {
+                        path: escape(&e.path),
+                        args: e.args.iter().map(|a| escape(a)).collect(),
+                        argc: e.argc,
+                        errno: e.errno,
+                        exec_ns: e.exec_ns,
+                    })
+                    .collect(),
+                exit: p.exit_status(),
+                atime_updates: atime,
+                phases: PHASES
+                    .iter()
+                    .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
+                    .collect(),
+            }
+        }))
+    }
+
+    /// The report of the processes added; `trace` gives the counts kept beyond them (threads,
+    /// lost events) and the mounts. `processes`: the rows `add` returned, when kept.
+    pub fn finish(self, trace: &Trace, processes: Option<Vec<ProcessRow>>) -> Report {
+        let ctx = self.ctx;
+        let mut summary = self.summary;
+        summary.threads = if ctx.filter.is_active() {
+            // A filtered report counts the threads of the processes it covers.
+            self.filtered_threads
+        } else {
+            trace.threads
+        };
+        summary.failed_spawns = trace.failed_spawns;
+        summary.lost_events = trace.lost.total();
+        summary.lost = trace.lost.clone();
+        summary.exits_without_notify = trace.exits_without_notify;
         // Rates and shares are of the time the report covers (`--from`/`--to`).
         let wall_ns = ctx.filter.wall_ns(ctx.wall_ns);
         let wall_s = wall_ns as f64 / 1e9;
         if wall_s > 0.0 {
-            summary.spawn_rate_mean_per_s = spawn_times.len() as f64 / wall_s;
+            summary.spawn_rate_mean_per_s = self.spawns as f64 / wall_s;
         }
-        summary.spawn_rate_peak_per_s = peak_per_second(&mut spawn_times, wall_ns);
+        summary.spawn_rate_peak_per_s = self.peak.per_second(wall_ns);
         if wall_ns > 0 {
-            summary.spawn_cost_share_of_wall = spawn_cost_total as f64 / wall_ns as f64;
+            summary.spawn_cost_share_of_wall = self.spawn_cost_total as f64 / wall_ns as f64;
         }
         // Hints read the rows in one order whatever `--sort` says; the rows are put in the
         // order asked for afterwards.
-        let groups: BTreeMap<&'static str, Vec<GroupRow>> = groupings
+        let groups: BTreeMap<&'static str, Vec<GroupRow>> = self
+            .groupings
             .iter()
-            .zip(groups)
+            .zip(self.groups)
             .map(|(by, map)| (by.name(), sorted(map, SortBy::Total)))
             .collect();
-        let mut report = Self {
+        let mut report = Report {
             schema_version: REPORT_JSON_VERSION,
             forkprof_version: env!("CARGO_PKG_VERSION"),
             command: ctx.command.clone(),
             exit: ctx.exit,
             wall_ns,
             summary,
-            methods,
+            methods: self.methods,
             sources: ctx.sources.clone(),
-            phases: all.summaries(),
+            phases: self.all.summaries(),
             groups,
             hints: Vec::new(),
-            atime_mount: atime_by_mount
+            atime_mount: self
+                .atime_by_mount
                 .into_iter()
                 .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)))
                 .map(|(i, _)| trace.mounts[i].clone()),
-            processes: ctx.processes.then_some(processes),
+            processes,
             folded: ctx.folded.then(|| {
-                let mut v: Vec<(String, u64)> =
-                    folded.into_iter().map(|(k, v)| (escape(&k), v)).collect();
+                let mut v: Vec<(String, u64)> = self
+                    .folded
+                    .into_iter()
+                    .map(|(k, v)| (escape(&k), v))
+                    .collect();
                 v.sort();
                 v
             }),
@@ -640,34 +754,45 @@ impl Report {
         }
         report
     }
+}
+
+/// A cgroup or unit as the root frame of a flame graph (';' would split it).
+fn frame_of_group(key: &[u8]) -> Vec<u8> {
+    key.iter()
+        .map(|&b| if b == b';' { b'_' } else { b })
+        .collect()
+}
+
+impl Report {
+    /// The report of every process of `trace` (all in memory: `run`, and small recordings).
+    pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
+        let order = trace.by_start();
+        let mut names = Names::default();
+        let origins = trace.origins(&order, &mut names);
+        let mut builder = ReportBuilder::new(ctx);
+        let mut rows = Vec::new();
+        for &i in &order {
+            let p = &trace.processes[i];
+            let Some(origin) = &origins[i] else { continue };
+            let binaries = Binaries {
+                at_spawn: origin.at_spawn.clone(),
+                last: trace.last_binary(p, origin, &mut names),
+            };
+            let item = Item {
+                process: p,
+                binaries: &binaries,
+                ancestry: &origin.ancestry,
+            };
+            if let Some(Some(row)) = builder.add(trace, item) {
+                rows.push(row);
+            }
+        }
+        builder.finish(trace, ctx.processes.then_some(rows))
+    }
 
     pub fn group(&self, by: GroupBy) -> &[GroupRow] {
         self.groups.get(by.name()).map_or(&[], Vec::as_slice)
     }
-}
-
-/// The most spawns in any one-second window that starts at a spawn (sorts `t`).
-/// Spawns per second in the busiest window. The window is the run split into equal parts
-/// of at most one second (the whole run when it is shorter than a second; 1 s when the wall
-/// time is unknown), and it slides over the spawn times `t` (ns). Some part holds at least
-/// the mean's share of the spawns, so the peak is never below the mean.
-pub fn peak_per_second(t: &mut [u64], wall_ns: u64) -> f64 {
-    const SECOND: u64 = 1_000_000_000;
-    let window = match wall_ns {
-        0 => SECOND,
-        w => w / w.div_ceil(SECOND),
-    }
-    .max(1);
-    t.sort_unstable();
-    let mut best = 0;
-    let mut lo = 0;
-    for hi in 0..t.len() {
-        while t[hi].saturating_sub(t[lo]) >= window {
-            lo += 1;
-        }
-        best = best.max(hi - lo + 1);
-    }
-    best as f64 * 1e9 / window as f64
 }
 
 #[cfg(test)]
@@ -685,17 +810,33 @@ mod tests {
 
     #[test]
     fn peak_counts_a_sliding_second() {
+        let peak = |t: &[u64], wall: u64| {
+            let mut p = SpawnPeak::new(wall);
+            for &x in t {
+                p.add(x);
+            }
+            p.per_second(wall)
+        };
         let s = 1_000_000_000;
-        assert_eq!(peak_per_second(&mut [], 0), 0.0);
-        assert_eq!(peak_per_second(&mut [s + 3, 0, 1, 2], 0), 3.0);
-        assert_eq!(peak_per_second(&mut [0, s, 2 * s], 0), 1.0);
+        assert_eq!(peak(&[], 0), 0.0);
+        assert_eq!(peak(&[s + 3, 0, 1, 2], 0), 3.0);
+        assert_eq!(peak(&[0, s, 2 * s], 0), 1.0);
+        // Out of order, and far apart: steps before the first are added in front.
+        assert_eq!(peak(&[100 * s, 3, 100 * s + 1, 1, 2], 0), 3.0);
         // Never below the mean: 41 spawns in a 65 ms run are 630.8/s at their peak too (the
         // peak read 41/s before), and 3 spawns spread over 1.2 s are 2.5/s.
-        let mut short: Vec<u64> = (0..41).map(|i| i * 1_500_000).collect();
-        let peak = peak_per_second(&mut short, 65_000_000);
-        assert!((peak - 41.0 / 0.065).abs() < 1e-6, "{peak}");
-        let wall = 1_200_000_000;
-        let peak = peak_per_second(&mut [0, 600_000_000, 1_199_999_999], wall);
-        assert!(peak >= 3.0 / 1.2, "{peak}");
+        let short: Vec<u64> = (0..41).map(|i| i * 1_500_000).collect();
+        let p = peak(&short, 65_000_000);
+        assert!((p - 41.0 / 0.065).abs() < 1e-6, "{p}");
+        let p = peak(&[0, 600_000_000, 1_199_999_999], 1_200_000_000);
+        assert!(p >= 3.0 / 1.2, "{p}");
+        // A window that starts between two steps can hold one step's spawns more than any
+        // window counted: 10 spawns just before a step's end and 10 just after the next
+        // window's start are 20 in the sliding window, 10 to 20 in the counted ones.
+        let step = s / 16;
+        let mut t: Vec<u64> = (0..10).map(|i| step - 10 + i).collect();
+        t.extend((0..10).map(|i| s + i));
+        let p = peak(&t, 0);
+        assert!((10.0..=20.0).contains(&p), "{p}");
     }
 }

@@ -17,6 +17,10 @@ pub struct Summary {
     pub p90: u64,
     pub p99: u64,
     pub max: u64,
+    /// True when p50, p90 and p99 come from an HDR histogram (more than `EXACT_MAX`
+    /// values: within 1%); absent when they are exact (nearest rank over every value).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub percentiles_from_histogram: bool,
 }
 
 pub const EXACT_MAX: usize = 4096;
@@ -72,6 +76,7 @@ impl Accumulator {
         if self.count == 0 {
             return Summary::default();
         }
+        let from_histogram = matches!(self.values, Values::Hist(_));
         let (p50, p90, p99) = match &mut self.values {
             Values::Exact(vals) => {
                 vals.sort_unstable();
@@ -95,6 +100,7 @@ impl Accumulator {
             p90,
             p99,
             max: self.max,
+            percentiles_from_histogram: from_histogram,
         }
     }
 }
@@ -137,6 +143,8 @@ mod tests {
         assert_eq!(s.count, 100_000);
         assert_eq!(s.total, v.iter().sum::<u64>());
         assert_eq!(s.max, 100_000_000);
+        assert!(s.percentiles_from_histogram);
+        assert!(!Summary::of(&v[..EXACT_MAX]).percentiles_from_histogram);
         for (got, want) in [
             (s.p50, 50_000_000.0),
             (s.p90, 90_000_000.0),

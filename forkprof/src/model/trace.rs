@@ -387,6 +387,22 @@ impl Trace {
         gone
     }
 
+    /// Removes one process (the streaming report hands each on once it is complete).
+    pub fn remove(&mut self, key: &ProcKey) -> Option<Process> {
+        let i = self.index.remove(key)?;
+        let p = self.processes.swap_remove(i);
+        if let Some(moved) = self.processes.get(i) {
+            self.index.insert(moved.key, i);
+        }
+        self.hint = i.saturating_sub(1);
+        Some(p)
+    }
+
+    /// Whether a process with this key is in the table.
+    pub fn contains(&self, key: &ProcKey) -> bool {
+        self.index.contains_key(key)
+    }
+
     /// Room for `n` more processes (a recording knows its size up front).
     pub fn reserve(&mut self, n: usize) {
         self.processes.reserve(n);
@@ -523,80 +539,189 @@ impl Trace {
         v
     }
 
-    /// For each process (by index): its binary when it was created (the parent's binary at
-    /// that time), and its final binary (its last successful exec; else, when every exec
-    /// attempt failed, `not found: NAME`; else the one it was created with).
+    /// For each process (by index, `order` putting parents before children): its binary
+    /// when it was created and its final binary (see `Trace::origin` and
+    /// `Trace::last_binary`).
+    pub fn binaries(&self, order: &[usize]) -> Vec<Binaries> {
+        let mut names = Names::default();
+        let origins = self.origins(order, &mut names);
+        origins
+            .iter()
+            .zip(&self.processes)
+            .map(|(o, p)| match o {
+                Some(o) => Binaries {
+                    at_spawn: o.at_spawn.clone(),
+                    last: self.last_binary(p, o, &mut names),
+                },
+                None => Binaries {
+                    at_spawn: names.unknown.clone(),
+                    last: names.unknown.clone(),
+                },
+            })
+            .collect()
+    }
+
+    /// Each process's `Origin` (by index), computed in `order` (parents before children).
+    pub fn origins(&self, order: &[usize], names: &mut Names) -> Vec<Option<Origin>> {
+        let mut out: Vec<Option<Origin>> = vec![None; self.processes.len()];
+        for &i in order {
+            let p = &self.processes[i];
+            let parent = p
+                .parent
+                .and_then(|k| self.index.get(&k).copied())
+                .and_then(|pi| Some((&self.processes[pi], out[pi].as_ref()?)));
+            out[i] = Some(self.origin(p, parent, names));
+        }
+        out
+    }
+
+    /// Where process `p` comes from, given its parent and the parent's origin when the
+    /// parent is a process of the trace (`None`: it is not, or `p` has no parent).
     ///
     /// A process not created under tracing has no parent record. The one `forkprof run`
     /// started was created by forkprof (`[forkprof]`). One that existed before tracing began
     /// runs the binary /proc showed then (`Found`), created by its parent's; without that
-    /// label (a recording of schema 3 or older), its name at exit (`[comm]`), else `[?]`.
-    pub fn binaries(&self, order: &[usize]) -> Vec<Binaries> {
-        let mut labels: HashMap<Vec<u8>, Shared> = HashMap::new();
-        let mut label = |bytes: Vec<u8>| -> Shared {
-            labels
-                .entry(bytes)
-                .or_insert_with_key(|b| b.as_slice().into())
-                .clone()
-        };
-        let forkprof = label(b"[forkprof]".to_vec());
-        let unknown = label(b"[?]".to_vec());
-        // The binary each process ran before its first exec seen.
-        let mut initial: Vec<Option<Shared>> = vec![None; self.processes.len()];
-        let mut out: Vec<Option<Binaries>> = vec![None; self.processes.len()];
-        for &i in order {
-            let p = &self.processes[i];
-            let parent = p.parent.and_then(|k| self.index.get(&k).copied());
-            let (at_spawn, before_exec) = match (p.parent, parent) {
-                (None, _) if self.root == Some(p.key) => (forkprof.clone(), forkprof.clone()),
-                (None, _) => match self.found.get(&p.key.pid).filter(|_| p.key.start_ns == 0) {
-                    Some(f) => (
-                        f.parent_binary.clone().unwrap_or_else(|| unknown.clone()),
-                        f.binary.clone(),
-                    ),
-                    None => (
-                        unknown.clone(),
-                        p.exit
-                            .map_or_else(|| unknown.clone(), |x| label(comm_label(&x.comm))),
-                    ),
-                },
-                (Some(_), Some(pi)) => {
-                    let b = match self.processes[pi].exec_path_before(p.start_ns()) {
-                        Some(path) => path.clone(),
-                        None => match &initial[pi] {
-                            Some(b) => b.clone(),
-                            None => label(parent_comm_label(p)),
-                        },
-                    };
-                    (b.clone(), b)
-                }
-                (Some(k), None) => {
-                    let b = match self.found_binary(&k) {
+    /// label (a recording of schema 3 or older) its binary before an exec is not known, and
+    /// its children name it by the comm their spawn record saw (`[comm]`).
+    pub fn origin(
+        &self,
+        p: &Process,
+        parent: Option<(&Process, &Origin)>,
+        names: &mut Names,
+    ) -> Origin {
+        let (at_spawn, before_exec, ancestry) = match (p.parent, parent) {
+            (None, _) if self.root == Some(p.key) => (
+                names.forkprof.clone(),
+                Some(names.forkprof.clone()),
+                names.empty.clone(),
+            ),
+            (None, _) => match self.found.get(&p.key.pid).filter(|_| p.key.start_ns == 0) {
+                Some(f) => (
+                    f.parent_binary
+                        .clone()
+                        .unwrap_or_else(|| names.unknown.clone()),
+                    Some(f.binary.clone()),
+                    names.empty.clone(),
+                ),
+                None => (names.unknown.clone(), None, names.empty.clone()),
+            },
+            (Some(_), Some((pp, po))) => {
+                let b = match pp.exec_path_before(p.start_ns()) {
+                    Some(path) => path.clone(),
+                    None => match &po.before_exec {
                         Some(b) => b.clone(),
-                        None => label(parent_comm_label(p)),
-                    };
-                    (b.clone(), b)
-                }
-            };
-            let last = match p.last_exec_path() {
-                Some(path) => path.clone(),
-                None if self.found_binary(&p.key).is_some() => before_exec.clone(),
-                None => p
-                    .failed_exec_label()
-                    .map_or_else(|| before_exec.clone(), &mut label),
-            };
-            initial[i] = Some(before_exec);
-            out[i] = Some(Binaries { at_spawn, last });
+                        None => names.label(&parent_comm_label(p)),
+                    },
+                };
+                let ancestry = names.stack(&po.ancestry, &b);
+                (b.clone(), Some(b), ancestry)
+            }
+            (Some(k), None) => {
+                let b = match self.found_binary(&k) {
+                    Some(b) => b.clone(),
+                    None => names.label(&parent_comm_label(p)),
+                };
+                let ancestry = names.stack(&names.empty.clone(), &b);
+                (b.clone(), Some(b), ancestry)
+            }
+        };
+        Origin {
+            at_spawn,
+            before_exec,
+            ancestry,
         }
-        out.into_iter()
-            .map(|b| {
-                b.unwrap_or_else(|| Binaries {
-                    at_spawn: unknown.clone(),
-                    last: unknown.clone(),
-                })
-            })
-            .collect()
     }
+
+    /// The binary `p` ran last: its last successful exec; else, when every exec attempt
+    /// failed, `not found: NAME`; else the one it was created with (`origin.before_exec`), or
+    /// for a process found running whose binary is unknown, its name at exit (`[comm]`),
+    /// else `[?]`.
+    pub fn last_binary(&self, p: &Process, origin: &Origin, names: &mut Names) -> Shared {
+        let before_exec = |names: &mut Names| match &origin.before_exec {
+            Some(b) => b.clone(),
+            None => match p.exit {
+                Some(x) => names.label(&comm_label(&x.comm)),
+                None => names.unknown.clone(),
+            },
+        };
+        match p.last_exec_path() {
+            Some(path) => path.clone(),
+            None if self.found_binary(&p.key).is_some() => before_exec(names),
+            None => match p.failed_exec_label() {
+                Some(l) => names.label(&l),
+                None => before_exec(names),
+            },
+        }
+    }
+}
+
+/// Where a process comes from: what it and its children are labelled with.
+#[derive(Clone, Debug)]
+pub struct Origin {
+    /// The binary it was created by (its parent's at the time).
+    pub at_spawn: Shared,
+    /// The binary it ran before its first exec (what a child created before that exec was
+    /// created by); `None` when not known.
+    pub before_exec: Option<Shared>,
+    /// Its ancestors as flame-graph frames, "root;...;parent": each ancestor as the binary
+    /// it was running when it created the next one (empty for a process with no parent).
+    pub ancestry: Shared,
+}
+
+/// Labels and ancestry stacks, each kept once however many processes name it.
+pub struct Names {
+    set: FxHashSet<Shared>,
+    pub forkprof: Shared,
+    pub unknown: Shared,
+    pub empty: Shared,
+}
+
+impl Default for Names {
+    fn default() -> Self {
+        let mut n = Self {
+            set: FxHashSet::default(),
+            forkprof: Shared::from(&b""[..]),
+            unknown: Shared::from(&b""[..]),
+            empty: Shared::from(&b""[..]),
+        };
+        n.forkprof = n.label(b"[forkprof]");
+        n.unknown = n.label(b"[?]");
+        n.empty = n.label(b"");
+        n
+    }
+}
+
+impl Names {
+    pub fn label(&mut self, bytes: &[u8]) -> Shared {
+        if let Some(s) = self.set.get(bytes) {
+            return s.clone();
+        }
+        let s: Shared = bytes.into();
+        self.set.insert(s.clone());
+        s
+    }
+
+    /// `ancestry;frame(binary)` (just the frame when `ancestry` is empty).
+    pub fn stack(&mut self, ancestry: &[u8], binary: &[u8]) -> Shared {
+        let own = frame(binary);
+        if ancestry.is_empty() {
+            return self.label(&own);
+        }
+        let mut s = Vec::with_capacity(ancestry.len() + 1 + own.len());
+        s.extend_from_slice(ancestry);
+        s.push(b';');
+        s.extend_from_slice(&own);
+        self.label(&s)
+    }
+}
+
+/// The last path component, as a flame-graph frame; ';' would split a frame, so it becomes
+/// '_'.
+pub fn frame(path: &[u8]) -> Vec<u8> {
+    let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    base.iter()
+        .map(|&b| if b == b';' { b'_' } else { b })
+        .collect()
 }
 
 /// Hashes process keys with the splitmix64 finalizer: keys are near-sequential (pids and

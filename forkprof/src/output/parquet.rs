@@ -183,42 +183,72 @@ pub struct FileInfo {
 
 /// Writes `rows` to `out` as Parquet (Snappy-compressed), `BATCH_ROWS` at a time, and
 /// returns how many there were and `out` itself, flushed.
+/// A Parquet file written one process at a time: it holds one batch of rows.
+pub struct Writer<W: Write + Send> {
+    writer: ArrowWriter<W>,
+    schema: SchemaRef,
+    batch: Batch,
+    host: Option<String>,
+    total: u64,
+}
+
+impl<W: Write + Send> Writer<W> {
+    pub fn new(info: &FileInfo, out: W) -> Result<Self> {
+        let schema: SchemaRef = Arc::new(schema());
+        let version = (
+            "forkprof.export_version".to_string(),
+            EXPORT_VERSION.to_string(),
+        );
+        let metadata = std::iter::once(&version)
+            .chain(&info.metadata)
+            .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
+            .collect();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_row_count(Some(BATCH_ROWS))
+            .set_key_value_metadata(Some(metadata))
+            .build();
+        Ok(Self {
+            writer: ArrowWriter::try_new(out, schema.clone(), Some(props))?,
+            schema,
+            batch: Batch::new(),
+            host: info.host.clone(),
+            total: 0,
+        })
+    }
+
+    pub fn push(&mut self, row: &ProcessView<'_>) -> Result<()> {
+        self.batch.push(row, self.host.as_deref());
+        self.total += 1;
+        if self.batch.rows == BATCH_ROWS {
+            self.writer.write(&self.batch.finish(&self.schema)?)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the last rows and the footer; returns the number of rows and the output.
+    pub fn finish(mut self) -> Result<(u64, W)> {
+        if self.batch.rows > 0 {
+            self.writer.write(&self.batch.finish(&self.schema)?)?;
+        }
+        // Writes the footer; parquet buffers its writes, so `out` needs no buffer of its own.
+        let mut out = self.writer.into_inner()?;
+        out.flush()?;
+        Ok((self.total, out))
+    }
+}
+
+/// Writes `rows` to `out` as one Parquet file.
 pub fn write<'a, W: Write + Send>(
     rows: impl Iterator<Item = ProcessView<'a>>,
     info: &FileInfo,
     out: W,
 ) -> Result<(u64, W)> {
-    let schema: SchemaRef = Arc::new(schema());
-    let version = (
-        "forkprof.export_version".to_string(),
-        EXPORT_VERSION.to_string(),
-    );
-    let metadata = std::iter::once(&version)
-        .chain(&info.metadata)
-        .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
-        .collect();
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_max_row_group_row_count(Some(BATCH_ROWS))
-        .set_key_value_metadata(Some(metadata))
-        .build();
-    let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props))?;
-    let mut batch = Batch::new();
-    let mut total = 0u64;
+    let mut w = Writer::new(info, out)?;
     for row in rows {
-        batch.push(&row, info.host.as_deref());
-        total += 1;
-        if batch.rows == BATCH_ROWS {
-            writer.write(&batch.finish(&schema)?)?;
-        }
+        w.push(&row)?;
     }
-    if batch.rows > 0 {
-        writer.write(&batch.finish(&schema)?)?;
-    }
-    // Writes the footer; parquet buffers its writes, so `out` needs no buffer of its own.
-    let mut out = writer.into_inner()?;
-    out.flush()?;
-    Ok((total, out))
+    w.finish()
 }
 
 #[cfg(test)]

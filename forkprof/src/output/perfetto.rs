@@ -1,7 +1,7 @@
 //! A trace-event JSON timeline (ui.perfetto.dev, chrome://tracing): one track per process,
 //! slices for its phases, and a flow arrow from each parent's fork to the child.
 use crate::model::phases::Phase;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io::Write;
 
 use anyhow::Result;
@@ -9,19 +9,51 @@ use forkprof_common::{ProcKey, ld_outcome};
 use serde_json::{Value, json};
 
 use crate::model::{
-    Trace,
+    Process, Trace,
     report::{Filter, escape},
 };
 
-/// Streams events to the output as they are made: a timeline of millions of slices must not
-/// be held in memory.
-struct Timeline<'a> {
+/// A timeline written as it is made, one process at a time: a timeline of millions of
+/// slices is never held in memory. Each process gets a track, numbered when it is first
+/// needed (by the process, or by the fork slice of a child that ended before it).
+pub struct Timeline<'a> {
     out: &'a mut dyn Write,
     written: u64,
     origin: u64,
+    tracks: FxHashMap<ProcKey, usize>,
+    next_track: usize,
+    /// Forget a process's track once it is drawn: set when every child is drawn before its
+    /// parent (a stream), so that only the tracks of processes not yet drawn are kept.
+    pub children_first: bool,
 }
 
-impl Timeline<'_> {
+impl<'a> Timeline<'a> {
+    /// Starts the timeline; times are shown from `origin` (the first record's, ns).
+    pub fn begin(out: &'a mut dyn Write, origin: u64) -> Result<Self> {
+        out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
+        Ok(Self {
+            out,
+            written: 0,
+            origin,
+            tracks: FxHashMap::default(),
+            next_track: 1,
+            children_first: false,
+        })
+    }
+
+    pub fn end(self) -> Result<()> {
+        self.out.write_all(b"\n]}\n")?;
+        Ok(())
+    }
+
+    /// The track of a process; a process drawn already does not need its number again.
+    fn track(&mut self, key: ProcKey) -> usize {
+        *self.tracks.entry(key).or_insert_with(|| {
+            self.next_track += 1;
+            self.next_track - 1
+        })
+    }
+
     fn emit(&mut self, event: Value) -> Result<()> {
         if self.written > 0 {
             self.out.write_all(b",\n")?;
@@ -49,33 +81,17 @@ impl Timeline<'_> {
             "ts": ts, "dur": dur_ns as f64 / 1e3, "args": args,
         }))
     }
-}
 
-/// Writes the processes that `filter` keeps (the same filter as the report's).
-pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> {
-    let first_ns = trace.first_ns.unwrap_or(0);
-    let all = trace.by_start();
-    let binaries = trace.binaries(&all);
-    let order: Vec<usize> = all
-        .into_iter()
-        .filter(|&i| filter.matches(&trace.processes[i], &binaries[i], first_ns))
-        .collect();
-    let procs: Vec<&crate::model::Process> = order.iter().map(|&i| &trace.processes[i]).collect();
-    let track: HashMap<ProcKey, usize> = procs
-        .iter()
-        .enumerate()
-        .map(|(i, p)| (p.key, i + 1))
-        .collect();
-    out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-    let mut t = Timeline {
-        out,
-        written: 0,
-        origin: trace.first_ns.unwrap_or(0),
-    };
-    for (i, p) in procs.iter().enumerate() {
-        let id = i + 1;
-        let bin = escape(&binaries[order[i]].last);
-        t.emit(json!({
+    /// Draws one process, whose last binary is `binary`; one still running at `last_ns`
+    /// (the last record's time) is drawn up to then. A fork slice is drawn on its parent's
+    /// track.
+    pub fn process(&mut self, p: &Process, binary: &[u8], last_ns: u64) -> Result<()> {
+        let id = self.track(p.key);
+        if self.children_first {
+            self.tracks.remove(&p.key);
+        }
+        let bin = escape(binary);
+        self.emit(json!({
             "name": "process_name", "ph": "M", "pid": id,
             "args": {"name": format!("{bin} [{}]", p.key.pid)},
         }))?;
@@ -88,15 +104,15 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             None => p
                 .execs
                 .first()
-                .map(|e| e.ts_ns.saturating_sub(e.exec_ns).max(t.origin)),
+                .map(|e| e.ts_ns.saturating_sub(e.exec_ns).max(self.origin)),
         };
         if let Some(created) = created {
             let end = p
                 .exit
                 .map(|x| x.exit_ns.saturating_add(x.exit_teardown_ns))
-                .unwrap_or(trace.last_ns)
+                .unwrap_or(last_ns)
                 .max(created);
-            t.slice(
+            self.slice(
                 id,
                 "process",
                 created,
@@ -104,34 +120,34 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
                 json!({"pid": p.key.pid, "method": p.method.name()}),
             )?;
         }
-        let created = created.unwrap_or(t.origin);
+        let created = created.unwrap_or(self.origin);
         if let Some(s) = &p.spawn
-            && let Some(parent) = p.parent.and_then(|k| track.get(&k))
+            && let Some(parent) = p.parent.map(|k| self.track(k))
         {
-            t.slice(
-                *parent,
+            self.slice(
+                parent,
                 Phase::Fork.name(),
                 s.start_ns,
                 s.fork_ns,
                 json!({"child": p.key.pid, "pagetable_copy_ns": s.pagetable_copy_ns}),
             )?;
             if s.vfork_wait_ns > 0 {
-                t.slice(
-                    *parent,
+                self.slice(
+                    parent,
                     Phase::VforkWait.name(),
                     s.start_ns.saturating_add(s.fork_ns),
                     s.vfork_wait_ns,
                     json!({}),
                 )?;
             }
-            let flow = json!({"name": "spawn", "cat": "spawn", "id": id, "pid": parent, "tid": parent, "ph": "s", "ts": t.us(s.start_ns)});
-            t.emit(flow)?;
-            t.emit(json!({"name": "spawn", "cat": "spawn", "id": id, "pid": id, "tid": id, "ph": "f", "bp": "e", "ts": t.us(created)}))?;
+            let flow = json!({"name": "spawn", "cat": "spawn", "id": id, "pid": parent, "tid": parent, "ph": "s", "ts": self.us(s.start_ns)});
+            self.emit(flow)?;
+            self.emit(json!({"name": "spawn", "cat": "spawn", "id": id, "pid": id, "tid": id, "ph": "f", "bp": "e", "ts": self.us(created)}))?;
         }
         for e in &p.execs {
             let start = e.ts_ns.saturating_sub(e.exec_ns);
             if e.errno != 0 {
-                t.slice(
+                self.slice(
                     id,
                     Phase::ExecFailed.name(),
                     start,
@@ -140,7 +156,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
                 )?;
                 continue;
             }
-            t.slice(
+            self.slice(
                 id,
                 Phase::Exec.name(),
                 start,
@@ -149,14 +165,14 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             )?;
             // 0: the point of no return was not seen (its hook did not attach).
             if e.exec_prepare_ns > 0 {
-                t.slice(
+                self.slice(
                     id,
                     Phase::ExecPrepare.name(),
                     start,
                     e.exec_prepare_ns,
                     json!({}),
                 )?;
-                t.slice(
+                self.slice(
                     id,
                     Phase::ExecLoad.name(),
                     start.saturating_add(e.exec_prepare_ns),
@@ -172,15 +188,15 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
             let reloc = ld.ts_ns.saturating_sub(ld.ld_reloc_init_ns);
             let map = reloc.saturating_sub(ld.ld_map_ns);
             let start = map.saturating_sub(ld.ld_start_ns);
-            t.slice(id, Phase::LdStart.name(), start, ld.ld_start_ns, json!({}))?;
-            t.slice(
+            self.slice(id, Phase::LdStart.name(), start, ld.ld_start_ns, json!({}))?;
+            self.slice(
                 id,
                 Phase::LdMap.name(),
                 map,
                 ld.ld_map_ns,
                 json!({"objects": ld.openat_count.saturating_sub(1)}),
             )?;
-            t.slice(
+            self.slice(
                 id,
                 Phase::LdRelocInit.name(),
                 reloc,
@@ -191,7 +207,7 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
         if let Some(x) = &p.exit
             && x.notified
         {
-            t.slice(
+            self.slice(
                 id,
                 Phase::ExitTeardown.name(),
                 x.exit_ns,
@@ -199,9 +215,24 @@ pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> 
                 json!({"exit_code": x.exit_code}),
             )?;
         }
+        Ok(())
     }
-    t.out.write_all(b"\n]}\n")?;
-    Ok(())
+}
+
+/// Writes the processes of `trace` that `filter` keeps (the same filter as the report's),
+/// in creation order.
+pub fn write(trace: &Trace, filter: &Filter, out: &mut dyn Write) -> Result<()> {
+    let first_ns = trace.first_ns.unwrap_or(0);
+    let all = trace.by_start();
+    let binaries = trace.binaries(&all);
+    let mut t = Timeline::begin(out, first_ns)?;
+    for i in all {
+        let p = &trace.processes[i];
+        if filter.matches(p, &binaries[i], first_ns) {
+            t.process(p, &binaries[i].last, trace.last_ns)?;
+        }
+    }
+    t.end()
 }
 
 #[cfg(test)]

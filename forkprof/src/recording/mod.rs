@@ -32,3 +32,6 @@ pub fn ld_outcome_code(name: &str) -> u32 {
         _ => forkprof_common::ld_outcome::INCOMPLETE,
     }
 }
+
+#[cfg(test)]
+mod equivalence;

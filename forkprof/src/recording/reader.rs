@@ -15,6 +15,7 @@ use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use super::{RECORDING_SCHEMA, ld_outcome_code};
 use crate::decode::Record;
 use crate::model::Trace;
+use crate::model::assemble::{Assembler, Sink};
 use crate::model::trace::Found;
 
 #[derive(Debug)]
@@ -187,6 +188,21 @@ impl Recording {
         trace.reserve(n.max(0) as usize);
         self.for_each_record(&mut |r| trace.ingest(r))
             .map_err(|e| self.err(e))?;
+        self.describe(&mut trace)?;
+        if let Some(root) = self.root_pid() {
+            trace.set_root(root);
+        }
+        Ok(trace)
+    }
+
+    /// The pid of the process `forkprof run` started (a recording of `run`).
+    fn root_pid(&self) -> Option<u32> {
+        self.meta.get("root_pid").and_then(|v| v.parse().ok())
+    }
+
+    /// Puts into `trace` what the recording knows beyond its records: the labels of the
+    /// processes found running, the cgroups' names, the lost-record counts and the mounts.
+    fn describe(&self, trace: &mut Trace) -> Result<(), RecordingError> {
         for found in self.found().map_err(|e| self.err(e))? {
             trace.found(&found);
         }
@@ -203,10 +219,148 @@ impl Recording {
             .get("mounts")
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
-        if let Some(root) = self.meta.get("root_pid").and_then(|v| v.parse().ok()) {
+        Ok(())
+    }
+
+    /// The trace a stream of this recording's records starts from: everything but the
+    /// records (`describe`), and the process `run` started.
+    pub fn stream_start(&self, keep_args: bool) -> Result<Trace, RecordingError> {
+        let mut trace = Trace::default();
+        trace.keep_args = keep_args;
+        self.describe(&mut trace)?;
+        if let Some(root) = self.root_pid() {
             trace.set_root(root);
         }
         Ok(trace)
+    }
+
+    /// The first and last record timestamps, from a scan of every table (None: no record).
+    pub fn span(&self) -> Result<Option<(u64, u64)>, RecordingError> {
+        let sql = "SELECT min(t0), max(t1) FROM (
+                     SELECT min(ts_ns) AS t0, max(ts_ns) AS t1 FROM spawns
+                     UNION ALL SELECT min(ts_ns), max(ts_ns) FROM execs
+                     UNION ALL SELECT min(ts_ns), max(ts_ns) FROM lds
+                     UNION ALL SELECT min(ts_ns), max(ts_ns) FROM exits)";
+        let (a, b): (Option<i64>, Option<i64>) = self
+            .conn
+            .query_row(sql, [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(|e| self.err(e))?;
+        Ok(a.zip(b).map(|(a, b)| (a as u64, b as u64)))
+    }
+
+    /// Every process of the recording, complete, handed to `sink` one at a time (see
+    /// `model::assemble`), starting from `start` (`stream_start`). Returns the trace of what
+    /// is kept beyond the processes (threads, lost records, first and last timestamps).
+    pub fn processes(
+        &self,
+        start: Trace,
+        keep_args: bool,
+        sink: &mut Sink<'_>,
+    ) -> anyhow::Result<Trace> {
+        let mut assembler = Assembler::new(start);
+        self.stream_on_a_thread(keep_args, &mut |r| assembler.ingest(r, sink))?;
+        if std::env::var_os("FORKPROF_DEBUG_STREAM").is_some() {
+            eprintln!(
+                "forkprof: stream: {} handed on, {} held at most, {} held at the end",
+                assembler.handed_on,
+                assembler.peak_held,
+                assembler.trace.processes.len()
+            );
+        }
+        assembler.finish(sink)
+    }
+
+    /// `stream` on a thread of its own (with its own connection to the file), so that
+    /// reading rows and using the records take a CPU each: `sink` runs on this thread.
+    pub fn stream_on_a_thread(
+        &self,
+        keep_args: bool,
+        sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        const BATCH: usize = 4096;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
+        let path = self.path.clone();
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(move || -> anyhow::Result<()> {
+                let recording = Recording::open(&path)?;
+                let mut batch = Vec::with_capacity(BATCH);
+                recording.stream(keep_args, &mut |r| {
+                    batch.push(r);
+                    if batch.len() == BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                        // The receiver is gone only when the sink failed: stop reading.
+                        tx.send(full).map_err(|_| anyhow::anyhow!("stopped"))?;
+                    }
+                    Ok(())
+                })?;
+                if !batch.is_empty() {
+                    let _ = tx.send(batch);
+                }
+                Ok(())
+            });
+            let mut used = Ok(());
+            for batch in rx.iter() {
+                for r in batch {
+                    if let Err(e) = sink(r) {
+                        used = Err(e);
+                        break;
+                    }
+                }
+                if used.is_err() {
+                    break;
+                }
+            }
+            drop(rx);
+            let read = reader
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the reader panicked")));
+            // The sink's error comes first: the reader's is then only "stopped".
+            used.and(read)
+        })
+    }
+
+    /// Every stored record, the tables merged by timestamp (each table is read in the order
+    /// it was written, which is close to time order: see `model::assemble`). `keep_args`:
+    /// read exec arguments.
+    pub fn stream(
+        &self,
+        keep_args: bool,
+        sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let tables = self.tables(keep_args);
+        let mut stmts = Vec::with_capacity(tables.len());
+        for (sql, _) in &tables {
+            stmts.push(self.conn.prepare(sql).map_err(|e| self.err(e))?);
+        }
+        let mut rows = Vec::with_capacity(stmts.len());
+        for st in stmts.iter_mut() {
+            rows.push(st.query([]).map_err(|e| self.err(e))?);
+        }
+        let next =
+            |i: usize, rows: &mut Vec<rusqlite::Rows<'_>>| -> anyhow::Result<Option<Record>> {
+                match rows[i].next().map_err(|e| self.err(e))? {
+                    Some(r) => Ok(Some((tables[i].1)(r).map_err(|e| self.err(e))?)),
+                    None => Ok(None),
+                }
+            };
+        let mut heads: Vec<Option<Record>> = Vec::with_capacity(rows.len());
+        for i in 0..rows.len() {
+            let h = next(i, &mut rows)?;
+            heads.push(h);
+        }
+        loop {
+            let Some(i) = heads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, h)| Some((record_ts(h.as_ref()?), i)))
+                .min()
+                .map(|(_, i)| i)
+            else {
+                return Ok(());
+            };
+            let record = std::mem::replace(&mut heads[i], next(i, &mut rows)?);
+            sink(record.expect("chosen head"))?;
+        }
     }
 
     /// The cgroup ids' paths (schema 5; none before).
@@ -248,7 +402,19 @@ impl Recording {
     }
 
     fn for_each_record(&self, sink: &mut dyn FnMut(Record)) -> rusqlite::Result<()> {
-        let conn = &self.conn;
+        for (sql, convert) in self.tables(true) {
+            let mut s = self.conn.prepare(&sql)?;
+            let mut rows = s.query([])?;
+            while let Some(r) = rows.next()? {
+                sink(convert(r)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Each event table's query and the record it makes of a row: spawns, execs,
+    /// dynamic-linker windows, exits. `keep_args`: read exec arguments.
+    fn tables(&self, keep_args: bool) -> Vec<(String, RowToRecord)> {
         // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns,
         // schema 4 no cgroup ids: those read as not measured (0).
         let since = |version: u32, column: &'static str| {
@@ -261,117 +427,134 @@ impl Recording {
         let v2 = |column| since(2, column);
         let v3 = |column| since(3, column);
         let v5 = |column| since(5, column);
-        let spawns = format!(
-            "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid, child_tid,
-                    syscall, clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
-                    vfork_wait_ns, parent_comm, {} FROM spawns",
-            v5("cgroup_id")
-        );
-        each_row(conn, &spawns, sink, |r| {
-            Ok(Record::Spawn(SpawnRecord {
-                hdr: header(r, kind::SPAWN)?,
-                parent: key(r.get(3)?, r.get(4)?),
-                parent_tid: r.get(5)?,
-                child_tid: r.get(6)?,
-                syscall: r.get(7)?,
-                clone_flags: ns(r, 8)?,
-                errno: r.get(9)?,
-                start_ns: ns(r, 10)?,
-                fork_ns: ns(r, 11)?,
-                pagetable_copy_ns: ns(r, 12)?,
-                vfork_wait_ns: ns(r, 13)?,
-                cgroup_id: ns(r, 15)?,
-                parent_comm: comm(r, 14)?,
-            }))
-        })?;
-        let execs = format!(
-            "SELECT pid, start_ns, ts_ns, tid, path, args, argc, errno, exec_ns, exec_prepare_ns,
-                    exec_load_ns, atime_count, atime_ns, cow_faults, {}, {}, {} FROM execs",
-            v2("child_run_ns"),
-            v3("cow_fault_ns"),
-            v5("cgroup_id")
-        );
-        each_row(conn, &execs, sink, |r| {
-            let mut rec = ExecRecord {
-                hdr: header(r, kind::EXEC)?,
-                tid: r.get(3)?,
-                errno: r.get(7)?,
-                start_ns: 0,
-                exec_prepare_ns: ns(r, 9)?,
-                exec_load_ns: ns(r, 10)?,
-                exec_ns: ns(r, 8)?,
-                atime_count: r.get(11)?,
-                argc: r.get(6)?,
-                atime_ns: ns(r, 12)?,
-                cow_faults: ns(r, 13)?,
-                child_run_ns: ns(r, 14)?,
-                cow_fault_ns: ns(r, 15)?,
-                cgroup_id: ns(r, 16)?,
-                path: [0; PATH_LEN],
-                args: [[0; ARG_LEN]; ARG_SLOTS],
-            };
-            fill(&mut rec.path, r.get_ref(4)?);
-            if let ValueRef::Text(a) | ValueRef::Blob(a) = r.get_ref(5)? {
-                for (slot, arg) in rec.args.iter_mut().zip(a.split(|&b| b == 0)) {
-                    fill(slot, ValueRef::Blob(arg));
-                }
-            }
-            Ok(Record::Exec(Box::new(rec)))
-        })?;
-        let lds = format!(
-            "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns, ld_map_ns,
-                    ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
-            v2("static_start_ns")
-        );
-        each_row(conn, &lds, sink, |r| {
-            Ok(Record::Ld(LdRecord {
-                hdr: header(r, kind::LD)?,
-                outcome: ld_outcome_code(&r.get::<_, String>(3)?),
-                openat_count: r.get(4)?,
-                syscalls: r.get(5)?,
-                ld_start_ns: ns(r, 6)?,
-                ld_map_ns: ns(r, 7)?,
-                ld_reloc_init_ns: ns(r, 8)?,
-                atime_count: r.get(9)?,
-                atime_ns: ns(r, 10)?,
-                static_start_ns: ns(r, 11)?,
-            }))
-        })?;
-        let exits = format!(
-            "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns, cow_faults,
-                    exit_ns, comm, {}, {} FROM exits",
-            v2("child_run_ns"),
-            v3("cow_fault_ns")
-        );
-        each_row(conn, &exits, sink, |r| {
-            Ok(Record::Exit(ExitRecord {
-                hdr: header(r, kind::EXIT)?,
-                exit_code: r.get(3)?,
-                notified: r.get(4)?,
-                exit_teardown_ns: ns(r, 5)?,
-                cow_faults: ns(r, 6)?,
-                exit_ns: ns(r, 7)?,
-                child_run_ns: ns(r, 9)?,
-                cow_fault_ns: ns(r, 10)?,
-                comm: comm(r, 8)?,
-            }))
-        })
+        vec![
+            (
+                format!(
+                    "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid,
+                            child_tid, syscall, clone_flags, errno, syscall_start_ns, fork_ns,
+                            pagetable_copy_ns, vfork_wait_ns, parent_comm, {} FROM spawns",
+                    v5("cgroup_id")
+                ),
+                spawn_row as RowToRecord,
+            ),
+            (
+                format!(
+                    "SELECT pid, start_ns, ts_ns, tid, path, {}, argc, errno, exec_ns,
+                            exec_prepare_ns, exec_load_ns, atime_count, atime_ns, cow_faults,
+                            {}, {}, {} FROM execs",
+                    if keep_args { "args" } else { "NULL" },
+                    v2("child_run_ns"),
+                    v3("cow_fault_ns"),
+                    v5("cgroup_id")
+                ),
+                exec_row,
+            ),
+            (
+                format!(
+                    "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns,
+                            ld_map_ns, ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
+                    v2("static_start_ns")
+                ),
+                ld_row,
+            ),
+            (
+                format!(
+                    "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns,
+                            cow_faults, exit_ns, comm, {}, {} FROM exits",
+                    v2("child_run_ns"),
+                    v3("cow_fault_ns")
+                ),
+                exit_row,
+            ),
+        ]
     }
 }
 
-/// Runs `sql` and hands `sink` the record `f` makes of each row.
-fn each_row(
-    conn: &Connection,
-    sql: &str,
-    sink: &mut dyn FnMut(Record),
-    f: impl Fn(&rusqlite::Row) -> rusqlite::Result<Record>,
-) -> rusqlite::Result<()> {
-    let mut s = conn.prepare(sql)?;
-    let mut rows = s.query([])?;
-    while let Some(r) = rows.next()? {
-        sink(f(r)?);
+/// Makes a record of one row of an event table.
+type RowToRecord = fn(&rusqlite::Row) -> rusqlite::Result<Record>;
+
+fn record_ts(r: &Record) -> u64 {
+    match r {
+        Record::Spawn(r) => r.hdr.ts_ns,
+        Record::Exec(r) => r.hdr.ts_ns,
+        Record::Ld(r) => r.hdr.ts_ns,
+        Record::Exit(r) => r.hdr.ts_ns,
     }
-    Ok(())
+}
+
+fn spawn_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
+    Ok(Record::Spawn(SpawnRecord {
+        hdr: header(r, kind::SPAWN)?,
+        parent: key(r.get(3)?, r.get(4)?),
+        parent_tid: r.get(5)?,
+        child_tid: r.get(6)?,
+        syscall: r.get(7)?,
+        clone_flags: ns(r, 8)?,
+        errno: r.get(9)?,
+        start_ns: ns(r, 10)?,
+        fork_ns: ns(r, 11)?,
+        pagetable_copy_ns: ns(r, 12)?,
+        vfork_wait_ns: ns(r, 13)?,
+        cgroup_id: ns(r, 15)?,
+        parent_comm: comm(r, 14)?,
+    }))
+}
+
+fn exec_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
+    let mut rec = ExecRecord {
+        hdr: header(r, kind::EXEC)?,
+        tid: r.get(3)?,
+        errno: r.get(7)?,
+        start_ns: 0,
+        exec_prepare_ns: ns(r, 9)?,
+        exec_load_ns: ns(r, 10)?,
+        exec_ns: ns(r, 8)?,
+        atime_count: r.get(11)?,
+        argc: r.get(6)?,
+        atime_ns: ns(r, 12)?,
+        cow_faults: ns(r, 13)?,
+        child_run_ns: ns(r, 14)?,
+        cow_fault_ns: ns(r, 15)?,
+        cgroup_id: ns(r, 16)?,
+        path: [0; PATH_LEN],
+        args: [[0; ARG_LEN]; ARG_SLOTS],
+    };
+    fill(&mut rec.path, r.get_ref(4)?);
+    if let ValueRef::Text(a) | ValueRef::Blob(a) = r.get_ref(5)? {
+        for (slot, arg) in rec.args.iter_mut().zip(a.split(|&b| b == 0)) {
+            fill(slot, ValueRef::Blob(arg));
+        }
+    }
+    Ok(Record::Exec(Box::new(rec)))
+}
+
+fn ld_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
+    Ok(Record::Ld(LdRecord {
+        hdr: header(r, kind::LD)?,
+        outcome: ld_outcome_code(&r.get::<_, String>(3)?),
+        openat_count: r.get(4)?,
+        syscalls: r.get(5)?,
+        ld_start_ns: ns(r, 6)?,
+        ld_map_ns: ns(r, 7)?,
+        ld_reloc_init_ns: ns(r, 8)?,
+        atime_count: r.get(9)?,
+        atime_ns: ns(r, 10)?,
+        static_start_ns: ns(r, 11)?,
+    }))
+}
+
+fn exit_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
+    Ok(Record::Exit(ExitRecord {
+        hdr: header(r, kind::EXIT)?,
+        exit_code: r.get(3)?,
+        notified: r.get(4)?,
+        exit_teardown_ns: ns(r, 5)?,
+        cow_faults: ns(r, 6)?,
+        exit_ns: ns(r, 7)?,
+        child_run_ns: ns(r, 9)?,
+        cow_fault_ns: ns(r, 10)?,
+        comm: comm(r, 8)?,
+    }))
 }
 
 /// The columns every event table starts with: pid, start_ns, ts_ns.

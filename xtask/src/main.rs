@@ -16,6 +16,8 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dist;
+mod scale;
 mod synth;
 mod vm;
 
@@ -61,6 +63,14 @@ enum Task {
         #[command(flatten)]
         args: bench::BenchArgs,
     },
+    /// Time and peak memory of `report` and `export` on 1 and 10 million synthetic
+    /// processes, beside sqlite3 reading every row.
+    BenchReport {
+        #[command(flatten)]
+        args: scale::ScaleArgs,
+    },
+    /// Build the Debian package (cargo-deb) and print its path.
+    Dist,
 }
 
 const APT_PACKAGES: &[&str] = &[
@@ -88,6 +98,11 @@ const APT_PACKAGES: &[&str] = &[
     // `forkprof export --parquet`'s tests read the files with DuckDB's Python package
     "python3",
     "python3-pip",
+    // `cargo xtask dist` and its tests: dpkg-shlibdeps (cargo-deb's $auto depends),
+    // systemd-analyze verify, strace (the unit's system-call filter)
+    "dpkg-dev",
+    "systemd",
+    "strace",
 ];
 
 pub fn root() -> PathBuf {
@@ -188,6 +203,13 @@ pub fn setup() -> Result<()> {
     if !fuzz_ok {
         run(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
     }
+    let deb_ok = Command::new("cargo")
+        .args(["deb", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !deb_ok {
+        run(Command::new("cargo").args(["install", "cargo-deb", "--locked"]))?;
+    }
     let linker_ok = Command::new("bpf-linker")
         .arg("--version")
         .output()
@@ -257,6 +279,9 @@ fn test(filter: &[String], no_vm: bool) -> Result<()> {
         "forkprof-ebpf",
         "--bins",
     ]))?;
+    // tests/tests/packaging.rs installs the .deb: a release build, made once here.
+    let deb = dist::build()?;
+    eprintln!("xtask: packaged {}", deb.display());
     let (passed, failed) = run_tests(
         cargo()
             .args(["test", "--workspace", "--exclude", "forkprof-ebpf"])
@@ -368,5 +393,7 @@ fn main() -> Result<()> {
         Task::Fuzz { seconds } => fuzz(seconds),
         Task::Bench { args } => bench::run(&args),
         Task::SynthRecording { args } => synth::run(&args),
+        Task::Dist => dist::dist(),
+        Task::BenchReport { args } => scale::run(&args),
     }
 }

@@ -183,16 +183,18 @@ pub struct FileInfo {
 
 /// Writes `rows` to `out` as Parquet (Snappy-compressed), `BATCH_ROWS` at a time, and
 /// returns how many there were and `out` itself, flushed.
-/// A Parquet file written one process at a time: it holds one batch of rows.
-pub struct Writer<W: Write + Send> {
-    writer: ArrowWriter<W>,
+/// A Parquet file written one process at a time: it holds one batch of rows. Batches are
+/// encoded and compressed on a thread of their own.
+pub struct Writer<W: Write + Send + 'static> {
+    to_encoder: Option<std::sync::mpsc::SyncSender<RecordBatch>>,
+    encoder: Option<std::thread::JoinHandle<Result<W>>>,
     schema: SchemaRef,
     batch: Batch,
     host: Option<String>,
     total: u64,
 }
 
-impl<W: Write + Send> Writer<W> {
+impl<W: Write + Send + 'static> Writer<W> {
     pub fn new(info: &FileInfo, out: W) -> Result<Self> {
         let schema: SchemaRef = Arc::new(schema());
         let version = (
@@ -208,8 +210,21 @@ impl<W: Write + Send> Writer<W> {
             .set_max_row_group_row_count(Some(BATCH_ROWS))
             .set_key_value_metadata(Some(metadata))
             .build();
+        let mut writer = ArrowWriter::try_new(out, schema.clone(), Some(props))?;
+        let (tx, rx) = std::sync::mpsc::sync_channel::<RecordBatch>(1);
+        let encoder = std::thread::spawn(move || -> Result<W> {
+            for batch in rx {
+                writer.write(&batch)?;
+            }
+            // Writes the footer; parquet buffers its writes, so `out` needs no buffer of
+            // its own.
+            let mut out = writer.into_inner()?;
+            out.flush()?;
+            Ok(out)
+        });
         Ok(Self {
-            writer: ArrowWriter::try_new(out, schema.clone(), Some(props))?,
+            to_encoder: Some(tx),
+            encoder: Some(encoder),
             schema,
             batch: Batch::new(),
             host: info.host.clone(),
@@ -217,11 +232,33 @@ impl<W: Write + Send> Writer<W> {
         })
     }
 
+    /// Hands the rows so far to the encoder; its error when it has stopped.
+    fn send(&mut self) -> Result<()> {
+        let batch = self.batch.finish(&self.schema)?;
+        let sent = self.to_encoder.as_ref().map(|tx| tx.send(batch));
+        if let Some(Err(_)) = sent {
+            // The encoder stopped on an error (a full disk, say): that error.
+            self.to_encoder = None;
+            return self.join().map(|_| ());
+        }
+        Ok(())
+    }
+
+    fn join(&mut self) -> Result<W> {
+        self.to_encoder = None;
+        match self.encoder.take() {
+            Some(h) => h
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the Parquet encoder panicked"))),
+            None => Err(anyhow::anyhow!("the Parquet encoder has stopped")),
+        }
+    }
+
     pub fn push(&mut self, row: &ProcessView<'_>) -> Result<()> {
         self.batch.push(row, self.host.as_deref());
         self.total += 1;
         if self.batch.rows == BATCH_ROWS {
-            self.writer.write(&self.batch.finish(&self.schema)?)?;
+            self.send()?;
         }
         Ok(())
     }
@@ -229,17 +266,15 @@ impl<W: Write + Send> Writer<W> {
     /// Writes the last rows and the footer; returns the number of rows and the output.
     pub fn finish(mut self) -> Result<(u64, W)> {
         if self.batch.rows > 0 {
-            self.writer.write(&self.batch.finish(&self.schema)?)?;
+            self.send()?;
         }
-        // Writes the footer; parquet buffers its writes, so `out` needs no buffer of its own.
-        let mut out = self.writer.into_inner()?;
-        out.flush()?;
+        let out = self.join()?;
         Ok((self.total, out))
     }
 }
 
 /// Writes `rows` to `out` as one Parquet file.
-pub fn write<'a, W: Write + Send>(
+pub fn write<'a, W: Write + Send + 'static>(
     rows: impl Iterator<Item = ProcessView<'a>>,
     info: &FileInfo,
     out: W,

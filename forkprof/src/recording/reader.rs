@@ -259,14 +259,6 @@ impl Recording {
     ) -> anyhow::Result<Trace> {
         let mut assembler = Assembler::new(start);
         self.stream_on_a_thread(keep_args, &mut |r| assembler.ingest(r, sink))?;
-        if std::env::var_os("FORKPROF_DEBUG_STREAM").is_some() {
-            eprintln!(
-                "forkprof: stream: {} handed on, {} held at most, {} held at the end",
-                assembler.handed_on,
-                assembler.peak_held,
-                assembler.trace.processes.len()
-            );
-        }
         assembler.finish(sink)
     }
 
@@ -416,7 +408,8 @@ impl Recording {
     /// dynamic-linker windows, exits. `keep_args`: read exec arguments.
     fn tables(&self, keep_args: bool) -> Vec<(String, RowToRecord)> {
         // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns,
-        // schema 4 no cgroup ids: those read as not measured (0).
+        // schema 4 no cgroup ids: those read as not measured (0). Columns the model does
+        // not use (thread ids, the ld.so window's syscall count) are not read: 0.
         let since = |version: u32, column: &'static str| {
             if self.schema_version() >= version {
                 column
@@ -430,16 +423,16 @@ impl Recording {
         vec![
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, parent_tid,
-                            child_tid, syscall, clone_flags, errno, syscall_start_ns, fork_ns,
-                            pagetable_copy_ns, vfork_wait_ns, parent_comm, {} FROM spawns",
+                    "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, 0, 0, syscall,
+                            clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
+                            vfork_wait_ns, parent_comm, {} FROM spawns",
                     v5("cgroup_id")
                 ),
                 spawn_row as RowToRecord,
             ),
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, tid, path, {}, argc, errno, exec_ns,
+                    "SELECT pid, start_ns, ts_ns, 0, path, {}, argc, errno, exec_ns,
                             exec_prepare_ns, exec_load_ns, atime_count, atime_ns, cow_faults,
                             {}, {}, {} FROM execs",
                     if keep_args { "args" } else { "NULL" },
@@ -451,7 +444,7 @@ impl Recording {
             ),
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, outcome, openat_count, syscalls, ld_start_ns,
+                    "SELECT pid, start_ns, ts_ns, outcome, openat_count, 0, ld_start_ns,
                             ld_map_ns, ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
                     v2("static_start_ns")
                 ),

@@ -4,7 +4,7 @@ use core::intrinsics::{AtomicOrdering, atomic_xadd};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
 use forkprof_common::{
     ExecRecord, ExitRecord, ForkState, KernelLayout, ProcKey, ProcState, active, stat,
@@ -46,6 +46,16 @@ pub static EXEC_SCRATCH: PerCpuArray<ExecRecord> = PerCpuArray::with_max_entries
 /// 1: trace every process on the system (record/top/monitor); 0: only `PROCS` (run).
 #[unsafe(no_mangle)]
 static TRACE_ALL: u32 = 0;
+
+/// The `--cgroup` scope: slot 0 holds the cgroup whose subtree is traced (the agent writes
+/// its directory's fd there). Read only when `CGROUP_SCOPED` is 1; see `in_scope`.
+#[map]
+pub static CGROUP_SCOPE: CgroupArray = CgroupArray::with_max_entries(1, 0);
+
+/// 1: `record/top/monitor --cgroup`: trace-all mode, but only inside `CGROUP_SCOPE`'s subtree.
+/// A read-only global: without a scope the verifier drops the check.
+#[unsafe(no_mangle)]
+static CGROUP_SCOPED: u32 = 0;
 
 /// 1: the dynamic-linker brackets come from uprobes (`--precise-ld`), not from syscalls.
 #[unsafe(no_mangle)]
@@ -96,6 +106,34 @@ pub fn trace_all() -> bool {
     // SAFETY: a read of a global that the loader may have rewritten; volatile so the compiler
     // does not fold the initial value.
     unsafe { core::ptr::read_volatile(&TRACE_ALL) != 0 }
+}
+
+/// Whether the current task is inside the `--cgroup` subtree (always true without a scope).
+///
+/// The rule of a cgroup scope, checked in the kernel so that a busy host outside the subtree
+/// costs one helper call per fork, exec and exit, and nothing on the hot paths (no process is
+/// followed, so every window counter stays 0):
+/// - a fork-family syscall is traced only when its caller is inside the subtree at its
+///   entry; the child is then followed (it was born there). A followed process that has
+///   moved out forks untraced children;
+/// - an exec attempt or an exit inside the subtree makes its process followed if it was not
+///   (it existed before, or it was created outside and moved in before it exec'd: it is
+///   attributed where it exec'd);
+/// - once followed, a process is followed to its exit wherever it moves, so that no process
+///   is left half recorded. Each record carries the cgroup id of where it happened: a
+///   process created inside that moves out and execs is shown where it exec'd, outside
+///   the subtree, and never counted in it.
+///
+/// The check is the kernel's own (`bpf_current_task_under_cgroup`: the task's cgroup v2 is
+/// the scope's cgroup or one of its descendants), so it needs no cgroup level and holds in a
+/// cgroup namespace. An empty slot (before the agent fills it) reads as outside.
+#[inline(always)]
+pub fn in_scope() -> bool {
+    // SAFETY: as in `trace_all`.
+    if unsafe { core::ptr::read_volatile(&CGROUP_SCOPED) } == 0 {
+        return true;
+    }
+    matches!(CGROUP_SCOPE.current_task_under_cgroup(0), Ok(true))
 }
 
 #[inline(always)]
@@ -177,14 +215,15 @@ pub fn process_in_window(index: u32) -> Option<&'static mut ProcState> {
     Some(unsafe { &mut *ps })
 }
 
-/// The state of a traced process; in trace-all mode a process first seen now is added with
-/// `start_ns == 0` ("existed before tracing").
+/// The state of a traced process; in trace-all mode a process first seen now (inside the
+/// `--cgroup` scope, if any: see `in_scope`) is added with `start_ns == 0` ("existed before
+/// tracing", or created outside the scope).
 #[inline(always)]
 pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
     if let Some(p) = PROCS.get_ptr_mut(tgid) {
         return Some(p);
     }
-    if !create || !trace_all() {
+    if !create || !trace_all() || !in_scope() {
         return None;
     }
     let fresh = ProcState {

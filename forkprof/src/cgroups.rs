@@ -4,8 +4,9 @@
 //! cgroup created since). A cgroup removed before forkprof saw it has no name; one removed
 //! later keeps the path it was seen with.
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd as _, RawFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Walks of the hierarchy are at most this frequent (a storm of ids from one new cgroup
@@ -114,6 +115,134 @@ impl CgroupNames {
     }
 }
 
+/// How often a running command checks that its `--cgroup` still exists.
+const SCOPE_CHECK_EVERY: Duration = Duration::from_millis(250);
+
+/// The cgroup v2 subtree that `record/top/monitor --cgroup PATH` trace: the kernel programs
+/// follow only its processes (the rule is in the eBPF crate's `maps::in_scope`).
+#[derive(Debug)]
+pub struct CgroupScope {
+    /// As reports show it: below the cgroup2 mount, `/system.slice/nginx.service`.
+    pub path: String,
+    /// The directory, as given to the kernel (its fd goes into map `CGROUP_SCOPE`).
+    dir: std::fs::File,
+    full: PathBuf,
+    /// The cgroup id: the directory's inode number.
+    id: u64,
+}
+
+/// Why a `--cgroup PATH` cannot be traced (bad input: exit 2, before anything is loaded).
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadScope(pub String);
+
+impl std::fmt::Display for BadScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `PATH` of `--cgroup PATH` below the cgroup2 mount `mount`: the path as reports show it
+/// (`/system.slice/x`), or the absolute one under the mount (`/sys/fs/cgroup/system.slice/x`).
+/// Returns the path below the mount, without `.` or `..`.
+fn below_mount(mount: &Path, arg: &str) -> Result<PathBuf, BadScope> {
+    let given = Path::new(arg);
+    let rel = given.strip_prefix(mount).unwrap_or(given);
+    let mut out = PathBuf::new();
+    for c in rel.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(BadScope(format!(
+                    "--cgroup {arg}: give the path without \"..\" (as reports show it, \
+                     e.g. /system.slice/nginx.service)"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl CgroupScope {
+    /// The scope of `--cgroup ARG`, if given. Refuses (with the message to print) a machine
+    /// without a cgroup v2 hierarchy and a path that is not a cgroup there.
+    pub fn from_arg(arg: Option<&str>) -> Result<Option<Self>, BadScope> {
+        let Some(arg) = arg else {
+            return Ok(None);
+        };
+        let mount = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|m| cgroup2_mount(&m));
+        Self::resolve(mount.as_deref(), arg).map(Some)
+    }
+
+    fn resolve(mount: Option<&Path>, arg: &str) -> Result<Self, BadScope> {
+        let Some(mount) = mount else {
+            return Err(BadScope(format!(
+                "--cgroup {arg}: this machine has no cgroup v2 hierarchy mounted (cgroup v1 \
+                 only), and forkprof scopes by cgroup v2; mount one (mount -t cgroup2 none \
+                 /sys/fs/cgroup/unified) or trace without --cgroup"
+            )));
+        };
+        let rel = below_mount(mount, arg)?;
+        let full = mount.join(&rel);
+        // A cgroup directory has `cgroup.procs`; a plain directory or file is not one.
+        if !full.join("cgroup.procs").is_file() {
+            return Err(BadScope(format!(
+                "--cgroup {arg}: no such cgroup ({} is not a cgroup v2 directory; paths are \
+                 as reports show them, below {}, e.g. /system.slice/nginx.service)",
+                full.display(),
+                mount.display()
+            )));
+        }
+        let dir = std::fs::File::open(&full)
+            .map_err(|e| BadScope(format!("--cgroup {arg}: opening {}: {e}", full.display())))?;
+        let id = dir
+            .metadata()
+            .map_err(|e| BadScope(format!("--cgroup {arg}: {e}")))?
+            .ino();
+        let path = format!("/{}", rel.display());
+        Ok(Self {
+            path,
+            dir,
+            full,
+            id,
+        })
+    }
+
+    /// The open directory, for the kernel's `CGROUP_SCOPE` map.
+    pub fn fd(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
+    /// The cgroup id (its directory's inode number), as records carry it.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether the cgroup was removed (or removed and made again: a new cgroup with a new
+    /// id, which the kernel programs do not follow).
+    pub fn is_gone(&self) -> bool {
+        std::fs::metadata(&self.full).map_or(true, |m| m.ino() != self.id)
+    }
+
+    /// Completes once the cgroup is gone (checked every `SCOPE_CHECK_EVERY`).
+    pub async fn removed(&self) {
+        while !self.is_gone() {
+            tokio::time::sleep(SCOPE_CHECK_EVERY).await;
+        }
+    }
+
+    /// What a command says on stderr when the cgroup is gone, before `what_now`.
+    pub fn gone_message(&self, what_now: &str) -> String {
+        format!(
+            "forkprof: cgroup {} was removed during the run, so nothing in it can spawn any \
+             more (a cgroup made again at that path is a new cgroup, not followed); {what_now}",
+            self.path
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +263,50 @@ mod tests {
         assert_eq!(cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/vda rw\n"), None);
         let spaced = "40 1 0:30 / /mnt/cg\\040two rw - cgroup2 none rw\n";
         assert_eq!(cgroup2_mount(spaced), Some(PathBuf::from("/mnt/cg two")));
+    }
+
+    #[test]
+    fn a_scope_path_is_read_below_the_cgroup2_mount() {
+        let mount = Path::new("/sys/fs/cgroup/unified");
+        let rel = |arg| below_mount(mount, arg).map(|p| p.display().to_string());
+        assert_eq!(
+            rel("/system.slice/nginx.service").unwrap(),
+            "system.slice/nginx.service"
+        );
+        assert_eq!(
+            rel("/sys/fs/cgroup/unified/system.slice/x.service/").unwrap(),
+            "system.slice/x.service"
+        );
+        assert_eq!(rel("user.slice").unwrap(), "user.slice");
+        assert_eq!(rel("/").unwrap(), "");
+        assert_eq!(rel("/sys/fs/cgroup/unified").unwrap(), "");
+        // A v1 path on a hybrid machine is not under the v2 mount: it is read as a v2 path,
+        // which does not exist (see below).
+        assert_eq!(rel("/sys/fs/cgroup/cpu/x").unwrap(), "sys/fs/cgroup/cpu/x");
+        assert!(rel("/a/../../etc").unwrap_err().0.contains(".."));
+    }
+
+    #[test]
+    fn a_bad_scope_says_why() {
+        let e = CgroupScope::resolve(None, "/system.slice").unwrap_err();
+        assert!(e.0.contains("no cgroup v2 hierarchy"), "{e}");
+        let dir = std::env::temp_dir().join(format!("forkprof-scope-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("plain")).unwrap();
+        let e = CgroupScope::resolve(Some(&dir), "/nosuch.service").unwrap_err();
+        assert!(e.0.contains("no such cgroup"), "{e}");
+        // A directory without cgroup.procs is not a cgroup.
+        assert!(CgroupScope::resolve(Some(&dir), "/plain").is_err());
+        std::fs::create_dir_all(dir.join("unit.service")).unwrap();
+        std::fs::write(dir.join("unit.service/cgroup.procs"), "").unwrap();
+        let s = CgroupScope::resolve(Some(&dir), "/unit.service").unwrap();
+        assert_eq!(s.path, "/unit.service");
+        assert!(!s.is_gone());
+        let abs = dir.join("unit.service");
+        let s2 = CgroupScope::resolve(Some(&dir), abs.to_str().unwrap()).unwrap();
+        assert_eq!((s2.path.as_str(), s2.id()), ("/unit.service", s.id()));
+        std::fs::remove_dir_all(dir.join("unit.service")).unwrap();
+        assert!(s.is_gone());
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -122,6 +122,35 @@ pub struct TopArgs {
     /// Binaries shown per interval in plain output.
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one)]
     pub top: usize,
+    /// Trace only the processes of this cgroup v2 subtree (its path as reports show it,
+    /// `/system.slice/nginx.service`, or under the cgroup2 mount, `/sys/fs/cgroup/...`).
+    /// Filtered in the kernel: processes outside it cost one check per fork, exec and exit.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
+    /// What a row is at start (the `g` key cycles them); also for the plain output.
+    #[arg(long, value_enum, default_value_t = LiveGroupArg::Binary, value_name = "GROUPING")]
+    pub by: LiveGroupArg,
+}
+
+/// `top --by`: what a row of the live view is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LiveGroupArg {
+    /// The binary a process ran last.
+    Binary,
+    /// The process's cgroup v2 path (where it exec'd, else where it was created).
+    Cgroup,
+    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    Unit,
+}
+
+impl From<LiveGroupArg> for crate::model::top::GroupMode {
+    fn from(g: LiveGroupArg) -> Self {
+        match g {
+            LiveGroupArg::Binary => Self::Binary,
+            LiveGroupArg::Cgroup => Self::Cgroup,
+            LiveGroupArg::Unit => Self::Unit,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -132,6 +161,14 @@ pub struct MonitorArgs {
     /// Binaries exported with their own series (by total spawn cost); the rest are `other`.
     #[arg(long, visible_alias = "top", default_value_t = 20, value_name = "K")]
     pub top_binaries: usize,
+    /// Cgroups exported with their own series (by total spawn cost); the rest are `other`.
+    #[arg(long, default_value_t = 20, value_name = "K")]
+    pub top_cgroups: usize,
+    /// Trace only the processes of this cgroup v2 subtree (its path as reports show it,
+    /// `/system.slice/nginx.service`, or under the cgroup2 mount, `/sys/fs/cgroup/...`).
+    /// Filtered in the kernel: processes outside it cost one check per fork, exec and exit.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -169,6 +206,11 @@ pub struct RecordArgs {
     /// Trace only this process and its descendants instead of the whole system.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pid: Option<u32>,
+    /// Trace only the processes of this cgroup v2 subtree (its path as reports show it,
+    /// `/system.slice/nginx.service`, or under the cgroup2 mount, `/sys/fs/cgroup/...`).
+    /// Filtered in the kernel: processes outside it cost one check per fork, exec and exit.
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    pub cgroup: Option<String>,
     #[command(flatten)]
     pub recording: RecordingArgs,
 }

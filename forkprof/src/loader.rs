@@ -433,6 +433,9 @@ pub struct LoadOptions {
     /// `forkprof doctor`: try every source of every job, and keep going past a required job
     /// that fails.
     pub try_all: bool,
+    /// `--cgroup`: with `trace_all`, follow only the processes of this cgroup v2 subtree (an
+    /// open fd of its directory; the rule is in the eBPF crate's `maps::in_scope`).
+    pub cgroup_scope: Option<std::os::fd::RawFd>,
 }
 
 /// The hook families `FORKPROF_BENCH_ONLY` can name.
@@ -525,6 +528,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
     let bench_empty = u32::from(bench.empty);
+    let cgroup_scoped = u32::from(opts.cgroup_scope.is_some());
     let object: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/forkprof"));
     if object.is_empty() {
         bail!("this forkprof was built without its eBPF programs (AYA_BUILD_SKIP)");
@@ -533,9 +537,21 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
+        .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
         .override_global("KERNEL_LAYOUT", &kernel.layout, true)
         .load(object)
         .context("loading the eBPF object")?;
+    // Filled before any program is attached: until then the scope's slot is empty, and an
+    // empty slot reads as outside (nothing is followed), never as everything.
+    if let Some(fd) = opts.cgroup_scope {
+        let map = ebpf
+            .map_mut("CGROUP_SCOPE")
+            .context("map CGROUP_SCOPE missing")?;
+        let mut scope = aya::maps::CgroupArray::try_from(map)?;
+        scope
+            .set(0, fd, 0)
+            .context("setting the --cgroup scope (map CGROUP_SCOPE)")?;
+    }
     let vmlinux = Btf::from_sys_fs().ok();
     let mut jobs = Vec::new();
     let mut hooks = Vec::new();

@@ -8,7 +8,7 @@ use aya::maps::MapData;
 use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cgroups::CgroupNames;
+use crate::cgroups::{CgroupNames, CgroupScope};
 use crate::collector::Collector;
 use crate::decode::Record;
 use crate::elf::InterpCache;
@@ -168,10 +168,15 @@ struct Tracer {
 
 impl Tracer {
     /// Loads and attaches everything. Must be called inside the runtime.
-    fn start(trace_all: bool, precise_ld: bool) -> Result<Self> {
+    fn start(
+        trace_all: bool,
+        precise_ld: bool,
+        cgroup_scope: Option<std::os::fd::RawFd>,
+    ) -> Result<Self> {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
             precise_ld,
+            cgroup_scope,
             ..Default::default()
         })?;
         let ld_probes = if precise_ld {
@@ -289,7 +294,13 @@ impl TraceSession {
     /// Loads and attaches everything, and creates the recording. Must be called inside the
     /// runtime.
     pub fn start(opts: Options) -> Result<Self> {
-        let tracer = Tracer::start(opts.trace_all, opts.precise_ld)?;
+        Self::start_in(opts, None)
+    }
+
+    /// `start`; with `trace_all`, tracing only the processes of `scope` (`record --cgroup`)
+    /// if given.
+    pub fn start_in(opts: Options, scope: Option<&CgroupScope>) -> Result<Self> {
+        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, scope.map(CgroupScope::fd))?;
         let mut trace = Trace::default();
         // What the atime hint advises on (see `model::mounts`).
         trace.mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -463,14 +474,27 @@ pub struct LiveSession {
     live: Live,
     /// Every process that existed before tracing began, as /proc showed it.
     found: Snapshot,
+    /// The paths of cgroup ids, named when first seen (as `keep` does).
+    cgroups: CgroupNames,
     loaders: InterpCache,
 }
 
 /// Where a live session's records go: the live aggregator, after the label from /proc of a
-/// process found running when tracing started.
-fn feed(live: &mut Live, found: &mut Snapshot, record: Record) {
+/// process found running when tracing started, and the path of a cgroup id first seen.
+fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record: Record) {
     for f in found.first_sight(&record).iter().flatten() {
         live.found(f);
+    }
+    let cgroup = match &record {
+        Record::Spawn(r) => r.cgroup_id,
+        Record::Exec(r) => r.cgroup_id,
+        _ => 0,
+    };
+    if cgroup != 0
+        && !live.knows_cgroup(cgroup)
+        && let Some(path) = cgroups.get(cgroup)
+    {
+        live.cgroup(cgroup, path);
     }
     live.ingest(record);
 }
@@ -478,12 +502,18 @@ fn feed(live: &mut Live, found: &mut Snapshot, record: Record) {
 impl LiveSession {
     /// Loads and attaches everything. Must be called inside the runtime.
     pub fn start() -> Result<Self> {
-        let tracer = Tracer::start(true, false)?;
+        Self::start_in(None)
+    }
+
+    /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
+    pub fn start_in(scope: Option<&CgroupScope>) -> Result<Self> {
+        let tracer = Tracer::start(true, false, scope.map(CgroupScope::fd))?;
         Ok(Self {
             tracer,
             live: Live::default(),
             // After the programs are attached: a process missing from it is seen created.
             found: Snapshot::all(),
+            cgroups: CgroupNames::new(),
             loaders: InterpCache::default(),
         })
     }
@@ -494,10 +524,14 @@ impl LiveSession {
     /// TUI reads keys every 50 ms) would otherwise see records only when the kernel wakes
     /// the agent, at 256 KiB: seconds late at a low rate.
     pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
-        let (live, found) = (&mut self.live, &mut self.found);
+        let (live, found, cgroups) = (&mut self.live, &mut self.found, &mut self.cgroups);
         let out = self
             .tracer
-            .run_until(stop, |record| feed(live, found, record), |_| Ok(()))
+            .run_until(
+                stop,
+                |record| feed(live, found, cgroups, record),
+                |_| Ok(()),
+            )
             .await?;
         self.drain();
         Ok(out)
@@ -505,16 +539,20 @@ impl LiveSession {
 
     /// Hands whatever is in the ring buffer now to the live aggregator, without waiting.
     fn drain(&mut self) {
-        let (live, found) = (&mut self.live, &mut self.found);
+        let (live, found, cgroups) = (&mut self.live, &mut self.found, &mut self.cgroups);
         self.tracer
             .collector
-            .drain(&mut |record| feed(live, found, record));
+            .drain(&mut |record| feed(live, found, cgroups, record));
     }
 
     /// Takes what is queued, finishes the processes that are done by now, and reads the loss
     /// counters.
     pub fn sweep(&mut self) -> Result<Sweep> {
         self.drain();
+        // Cgroups first seen moments after the hierarchy was last walked.
+        for (id, path) in self.cgroups.settle() {
+            self.live.cgroup(id, &path);
+        }
         let lost = self.tracer.collector.losses()?.lost.total();
         let loaders = &self.loaders;
         let done = self.live.sweep(monotonic_ns(), &|p| loaders.is_static(p));

@@ -1,9 +1,13 @@
 //! Cgroup attribution on real cgroup v2 groups made by the test: `report --by cgroup` and
 //! `--by unit` count each group's processes exactly, a process that moves between its fork
 //! and its exec counts where it exec'd, and a recording keeps the paths of groups removed
-//! since.
+//! since. `record --cgroup` records one group's processes only (filtered in the kernel),
+//! refuses a path that is no cgroup, and stops cleanly when its group is removed.
+use std::io::BufRead as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
 
 use forkprof_tests::{forkprof, needs_root, succeeded, tempdir, workload};
 use serde_json::Value;
@@ -161,5 +165,172 @@ fn each_cgroup_counts_its_own_spawns_and_a_move_counts_where_it_execd() {
     drop(groups);
     let again = report(&db, "cgroup");
     assert_eq!(rows, again);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts `forkprof record --cgroup GROUP -o DB`, and waits (up to 30 s) until it says that
+/// tracing has started. Returns it with the rest of its stderr, line by line.
+fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
+    let mut rec = Command::new(forkprof())
+        .args(["record", "--cgroup", group, "--duration", "120s", "-o"])
+        .arg(db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = rec.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.starts_with("forkprof: recording") => {
+                assert!(line.contains(group), "{line}");
+                return (rec, rx);
+            }
+            Ok(line) => said.push(line),
+            Err(_) => panic!("forkprof record did not start tracing: {}", said.join("\n")),
+        }
+    }
+}
+
+fn sh(script: &str) {
+    let st = Command::new("sh").args(["-c", script]).status().unwrap();
+    assert!(st.success(), "{script}");
+}
+
+#[test]
+fn record_cgroup_records_only_the_processes_of_its_group() {
+    needs_root!();
+    let mut groups = Groups::new();
+    let a = groups.make("a.service");
+    let b = groups.make("b.service");
+    let w = workload();
+    let w = w.to_str().unwrap();
+    let dir = tempdir();
+    let db = dir.join("scoped.db");
+    let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
+    // The three workloads run side by side: 40 spawns in a.service, 60 in b.service, 50
+    // outside both (in the test's own cgroup).
+    sh(&format!(
+        "{} & {} & {w} spawn fork 50 /bin/true & wait",
+        in_group(&a, &format!("{w} spawn fork 40 /bin/true")),
+        in_group(&b, &format!("{w} spawn fork 60 /bin/true")),
+    ));
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    // The workload (it moved itself into a.service, then exec'd there) and its 40 children:
+    // nothing of b.service, nor of the 50 outside, nor the shells that started them.
+    let rows = report(&db, "cgroup");
+    assert_eq!(rows, vec![(groups.shown("a.service"), 1 + 40)]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn record_cgroup_stops_cleanly_when_its_group_is_removed() {
+    needs_root!();
+    let mut groups = Groups::new();
+    let c = groups.make("c.service");
+    let w = workload();
+    let w = w.to_str().unwrap();
+    let dir = tempdir();
+    let db = dir.join("removed.db");
+    let (mut rec, stderr) = record_cgroup(&groups.shown("c.service"), &db);
+    sh(&in_group(&c, &format!("{w} spawn fork 10 /bin/true")));
+    // Empty now: it can be removed while forkprof records it.
+    std::fs::remove_dir(&c).unwrap();
+    // forkprof stops by itself (its --duration is 120 s), says why, and keeps the records.
+    let status = rec.wait().unwrap();
+    let said: Vec<String> = stderr.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "{said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("c.service was removed") && l.contains("stops here")),
+        "{said:?}"
+    );
+    let rows = report(&db, "cgroup");
+    assert_eq!(rows, vec![(groups.shown("c.service"), 1 + 10)]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_cgroup_that_does_not_exist_is_refused_before_anything_is_loaded() {
+    // No root needed: the path is checked first.
+    let dir = tempdir();
+    let db = dir.join("never.db");
+    let missing = "/forkprof-no-such-group/x.service";
+    let runs: [&[&str]; 3] = [
+        &["record", "--cgroup", missing, "-o", db.to_str().unwrap()],
+        &["top", "--once", "--cgroup", missing],
+        &["monitor", "--listen", "127.0.0.1:0", "--cgroup", missing],
+    ];
+    for args in runs {
+        let out = Command::new(forkprof()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("--cgroup {missing}: no such cgroup")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    assert!(!db.exists());
+    // `..` could leave the hierarchy: refused as well.
+    let out = Command::new(forkprof())
+        .args(["record", "--cgroup", "/../../etc", "-o"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without \"..\""));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further() {
+    needs_root!();
+    let mut groups = Groups::new();
+    let a = groups.make("a.service");
+    let elsewhere = groups.make("elsewhere");
+    let w = workload();
+    let dir = tempdir();
+    let db = dir.join("left.db");
+    // outer.sh runs in a.service and forks a sh (born there: followed), which moves to
+    // `elsewhere` and execs the workload; the workload's 5 children are forked outside.
+    let inner = dir.join("inner.sh");
+    std::fs::write(
+        &inner,
+        format!(
+            "echo $$ > {}/cgroup.procs\nexec {} spawn fork 5 /bin/true\n",
+            elsewhere.display(),
+            w.display()
+        ),
+    )
+    .unwrap();
+    let outer = dir.join("outer.sh");
+    std::fs::write(&outer, format!("sh {}\ntrue\n", inner.display())).unwrap();
+    let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
+    sh(&in_group(&a, &format!("sh {}", outer.display())));
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let mut rows = report(&db, "cgroup");
+    rows.sort();
+    // a.service: outer.sh's shell. The one that left: followed to its exit, shown where it
+    // exec'd (outside the scope, never counted in it); its children: not traced.
+    assert_eq!(
+        rows,
+        vec![
+            (groups.shown("a.service"), 1),
+            (groups.shown("elsewhere"), 1)
+        ]
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

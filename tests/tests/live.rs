@@ -358,9 +358,13 @@ fn monitor_is_scraped_by_a_real_prometheus() {
     needs_root!();
     let dir = tempdir();
     let port = free_port();
+    // K larger than the binaries a busy host spawns while the test runs: the probe gets its
+    // series from its first run, which is what makes its count exact (a binary that
+    // enters the top K later counts from then on; what it did before is in `other`).
     let monitor = Killed(
         Command::new(forkprof())
             .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--top-binaries", "1000"])
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),

@@ -101,4 +101,11 @@ fn both_exposition_formats_pass_promtool() {
     };
     assert_eq!(samples(&text.1), samples(&om.1));
     assert!(!samples(&text.1).is_empty(), "{}", text.1);
+    // The per-cgroup families (their `other` series exists from the start) pass too.
+    for family in [
+        "forkprof_cgroup_spawns_total{",
+        "forkprof_cgroup_spawn_cost_seconds_total{",
+    ] {
+        assert!(text.1.contains(family), "{family} in {}", text.1);
+    }
 }

@@ -10,6 +10,10 @@ use forkprof_common::{
 use crate::maps::{self, EVENTS, FORKS, PROCS};
 
 pub fn on_enter(id: i64) {
+    // A fork outside the `--cgroup` scope is not traced, even by a followed process.
+    if !maps::in_scope() {
+        return;
+    }
     let (tgid, tid) = maps::current_ids();
     if maps::proc_state(tgid, true).is_none() {
         return;

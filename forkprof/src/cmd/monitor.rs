@@ -18,6 +18,13 @@ use crate::session::{self, LiveSession, Stop, StopSignals};
 const UPDATE_EVERY: Duration = Duration::from_millis(500);
 
 pub fn run(args: MonitorArgs) -> Result<i32> {
+    let scope = match crate::cgroups::CgroupScope::from_arg(args.cgroup.as_deref()) {
+        Ok(scope) => scope,
+        Err(why) => {
+            eprintln!("forkprof: {why}");
+            return Ok(2);
+        }
+    };
     let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
     // Bind first: a bad or busy address is reported before anything is loaded.
@@ -28,8 +35,14 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             return Ok(1);
         }
     };
-    let mut session = LiveSession::start()?;
-    let metrics = Arc::new(Mutex::new(Metrics::new(args.top_binaries)));
+    let mut session = LiveSession::start_in(scope.as_ref())?;
+    // A scope's cgroup that is removed leaves the metrics as they are (said once on stderr):
+    // a scrape keeps working, and nothing new is counted.
+    let mut said_gone = false;
+    let metrics = Arc::new(Mutex::new(Metrics::new(
+        args.top_binaries,
+        args.top_cgroups,
+    )));
     let served = metrics.clone();
     let app = Router::new().route(
         "/metrics",
@@ -80,6 +93,15 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
         }
         if stop == Stop::Signal {
             break;
+        }
+        if let Some(scope) = scope.as_ref().filter(|s| !said_gone && s.is_gone()) {
+            eprintln!(
+                "{}",
+                scope.gone_message(
+                    "the metrics stay served as they are, and nothing new is counted"
+                )
+            );
+            said_gone = true;
         }
     }
     let _ = stop_tx.send(true);

@@ -1,7 +1,8 @@
-//! `forkprof record -o FILE`: system-wide (or one process tree with -p) until SIGINT,
-//! SIGTERM or --duration, into an SQLite recording.
+//! `forkprof record -o FILE`: system-wide (or one process tree with -p, or one cgroup v2
+//! subtree with --cgroup) until SIGINT, SIGTERM or --duration, into an SQLite recording.
 use anyhow::{Context as _, Result};
 
+use crate::cgroups::CgroupScope;
 use crate::cli::RecordArgs;
 use crate::privilege::InvokingUser;
 use crate::session::{self, Options, StopSignals, TraceSession};
@@ -40,21 +41,32 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         eprintln!("forkprof: -p {pid}: no such process");
         return Ok(2);
     }
+    let scope = match CgroupScope::from_arg(args.cgroup.as_deref()) {
+        Ok(scope) => scope,
+        Err(why) => {
+            eprintln!("forkprof: {why}");
+            return Ok(2);
+        }
+    };
     let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
     let user = InvokingUser::from_env()?;
-    let mode = match args.pid {
-        Some(pid) => format!("pid {pid}"),
-        None => "system".into(),
+    let mode = match (args.pid, &scope) {
+        (Some(pid), _) => format!("pid {pid}"),
+        (None, Some(scope)) => format!("cgroup {}", scope.path),
+        (None, None) => "system".into(),
     };
-    let mut session = TraceSession::start(Options {
-        trace_all: args.pid.is_none(),
-        precise_ld: args.recording.precise_ld,
-        output: Some(args.output.clone()),
-        keep_args: !args.recording.no_args,
-        owner: user.clone(),
-        meta: vec![("mode".into(), mode)],
-    })?;
+    let mut session = TraceSession::start_in(
+        Options {
+            trace_all: args.pid.is_none(),
+            precise_ld: args.recording.precise_ld,
+            output: Some(args.output.clone()),
+            keep_args: !args.recording.no_args,
+            owner: user.clone(),
+            meta: vec![("mode".into(), mode)],
+        },
+        scope.as_ref(),
+    )?;
     if let Some(pid) = args.pid {
         for p in tree_of(pid) {
             session
@@ -64,9 +76,10 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     let mut signals = StopSignals::new()?;
     // Tracing has started: a script can wait for this line before it starts its workload.
-    let what = match args.pid {
-        Some(pid) => format!("pid {pid} and its descendants"),
-        None => "every process".into(),
+    let what = match (args.pid, &scope) {
+        (Some(pid), _) => format!("pid {pid} and its descendants"),
+        (None, Some(scope)) => format!("the processes of cgroup {}", scope.path),
+        (None, None) => "every process".into(),
     };
     let until = match args.duration {
         Some(d) => format!("for {}", humantime::format_duration(d)),
@@ -76,7 +89,26 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         "forkprof: recording {what} to {} {until}",
         args.output.display()
     );
-    runtime.block_on(session.run_until(signals.or_after(args.duration)))?;
+    // A scope's cgroup that is removed stops the recording: nothing can run in it any more.
+    let stop = async {
+        match &scope {
+            Some(scope) => tokio::select! {
+                _ = signals.or_after(args.duration) => false,
+                () = scope.removed() => true,
+            },
+            None => {
+                signals.or_after(args.duration).await;
+                false
+            }
+        }
+    };
+    let removed = runtime.block_on(session.run_until(stop))?;
+    if let Some(scope) = scope.as_ref().filter(|_| removed) {
+        eprintln!(
+            "{}",
+            scope.gone_message("the recording stops here, with everything recorded so far")
+        );
+    }
     let wall_ns = session.elapsed_ns();
     session.drain()?;
     let report = session.report(Vec::new(), None, wall_ns);

@@ -41,6 +41,11 @@ pub struct Finished {
     pub phases: Phases,
     /// dynamic-linker objects opened (ld.so.cache excluded), when measured.
     pub ld_objects: Option<u32>,
+    /// Its cgroup v2 id (where it exec'd last, else where it was created; 0: not known).
+    pub cgroup_id: u64,
+    /// That cgroup as `report --by cgroup` names it (`cgroup::label`): its path, `cgroup ID`
+    /// when it was never named, `?` without an id.
+    pub cgroup: Shared,
 }
 
 pub struct Live {
@@ -66,6 +71,16 @@ impl Live {
     /// Labels a process that existed before tracing began (see `Found`).
     pub fn found(&mut self, found: &Found) {
         self.trace.found(found);
+    }
+
+    /// Names a cgroup v2 id (its path under the cgroup2 mount).
+    pub fn cgroup(&mut self, id: u64, path: &[u8]) {
+        self.trace.cgroup(id, path);
+    }
+
+    /// Whether a cgroup id has a name already.
+    pub fn knows_cgroup(&self, id: u64) -> bool {
+        self.trace.knows_cgroup(id)
     }
 
     pub fn ingest(&mut self, record: Record) {
@@ -135,6 +150,8 @@ impl Live {
                 .iter()
                 .find(|l| l.outcome == ld_outcome::COMPLETE)
                 .map(|l| l.openat_count.saturating_sub(1)),
+            cgroup_id: p.cgroup_id(),
+            cgroup: super::cgroup::label(&self.trace, p),
         }
     }
 }
@@ -166,6 +183,44 @@ mod tests {
         assert_eq!(done[0].method, Method::Fork);
         assert!(done[0].phases.get(Phase::SpawnCost).unwrap() > 0);
         assert_eq!(live.in_flight(), 1, "the root has not exited");
+    }
+
+    /// A finished process carries its cgroup as reports name it: the path of the cgroup it
+    /// exec'd in (not the one it was created in), `cgroup ID` for an id never named.
+    #[test]
+    fn finished_processes_carry_their_cgroup() {
+        let with_cgroup = |mut r: Record, id: u64| {
+            match &mut r {
+                Record::Spawn(s) => s.cgroup_id = id,
+                Record::Exec(e) => e.cgroup_id = id,
+                _ => {}
+            }
+            r
+        };
+        let mut live = Live::default();
+        live.cgroup(7, b"/system.slice/a.service");
+        assert!(live.knows_cgroup(7) && !live.knows_cgroup(9));
+        let root = key(1, 0);
+        let (named, unnamed) = (key(2, 1_000_000), key(3, 2_000_000));
+        live.ingest(spawn(root, named, 56, SIGCHLD));
+        live.ingest(with_cgroup(exec(named, 1_200_000, b"/bin/a", 0, 0), 7));
+        live.ingest(with_cgroup(spawn(root, unnamed, 56, SIGCHLD), 7));
+        live.ingest(with_cgroup(exec(unnamed, 2_200_000, b"/bin/b", 0, 0), 9));
+        live.ingest(exit(named, 0));
+        live.ingest(exit(unnamed, 0));
+        let mut done: Vec<(Vec<u8>, u64, Vec<u8>)> = live
+            .sweep(GRACE_NS, &|_| false)
+            .iter()
+            .map(|f| (f.binary.to_vec(), f.cgroup_id, f.cgroup.to_vec()))
+            .collect();
+        done.sort();
+        assert_eq!(
+            done,
+            vec![
+                (b"/bin/a".to_vec(), 7, b"/system.slice/a.service".to_vec()),
+                (b"/bin/b".to_vec(), 9, b"cgroup 9".to_vec()),
+            ]
+        );
     }
 
     /// top and monitor label a process that existed before tracing from /proc, and its

@@ -1,7 +1,8 @@
 //! The Prometheus metrics of `forkprof monitor`, kept with the prometheus-client crate.
 //! Counters move by the deltas of the live counters; each finished process is observed in
-//! the phase histograms; per-binary series are bounded to the top K binaries by total spawn
-//! cost, the rest summed under `binary="other"`.
+//! the phase histograms; per-binary and per-cgroup series are each bounded to their top K
+//! groups by total spawn cost, the rest summed under `binary="other"` / `cgroup="other"`
+//! (see `Bounded`).
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +20,7 @@ use prometheus_client::{
 };
 
 use crate::model::{
+    cgroup::unit_of,
     live::{Counters, Finished, METHODS},
     phases::{PHASES, Phase},
     report::escape,
@@ -32,76 +34,179 @@ fn phase_buckets() -> impl Iterator<Item = f64> {
     prometheus_client::metrics::histogram::exponential_buckets(1e-6, 2.0, 21)
 }
 
-/// Cumulative per-binary totals; at most `cap` binaries are kept by name.
+/// One group's totals (a binary, or a cgroup).
+#[derive(Clone, Debug, Default)]
+struct Group {
+    /// Processes and spawn cost (ns) since first seen: what ranks it.
+    seen: (u64, u64),
+    /// What its own series shows: the processes counted while it had one (`Some` once it
+    /// has had one).
+    shown: Option<(u64, u64)>,
+    /// Whether it has its own series now (it is one of the top K).
+    exported: bool,
+}
+
+/// Cumulative per-group totals, exported for the top K groups by spawn cost (since first
+/// seen), the rest summed under `other`. A process counts where its group is at that
+/// moment: its own series if it has one, else `other`, and stays there. So every series,
+/// `other` included, only grows, and together they count every process observed:
+/// - a group that leaves the top K keeps its count (its series pauses), and continues from
+///   it if it comes back;
+/// - a group that enters the top K starts its series then (what it did before is in
+///   `other`); while fewer than K groups have a series, a new group gets one at once, so
+///   on a host with at most K groups every series counts from the first process.
+///
+/// Memory is bounded: past `50 K + 100` groups, the cheapest that never had a series are
+/// forgotten (their processes are in `other` already).
 #[derive(Debug, Default)]
-struct Binaries {
-    by_name: HashMap<Shared, (u64, u64)>,
-    evicted: (u64, u64),
+struct Bounded {
+    groups: HashMap<Shared, Group>,
+    other: (u64, u64),
+    exported: usize,
     top: usize,
 }
 
-impl Binaries {
-    fn add(&mut self, binary: &Shared, cost_ns: u64) {
-        let e = self.by_name.entry(binary.clone()).or_default();
-        e.0 += 1;
-        e.1 += cost_ns;
-        let cap = self.top * 50 + 100;
-        if self.by_name.len() > cap {
-            // Fold the cheapest half into `other` so that memory stays bounded.
-            let mut all: Vec<(Shared, (u64, u64))> = self.by_name.drain().collect();
-            all.sort_by_key(|e| std::cmp::Reverse(e.1.1));
-            for (_, (n, c)) in all.split_off(cap / 2) {
-                self.evicted.0 += n;
-                self.evicted.1 += c;
-            }
-            self.by_name = all.into_iter().collect();
+impl Bounded {
+    fn new(top: usize) -> Self {
+        Self {
+            top,
+            ..Default::default()
         }
     }
 
-    /// The top binaries by cost and `other`: (label, spawns, cost_ns).
-    fn series(&self) -> Vec<(String, u64, u64)> {
-        let mut all: Vec<(&Shared, &(u64, u64))> = self.by_name.iter().collect();
-        all.sort_by(|a, b| b.1.1.cmp(&a.1.1).then(a.0.cmp(b.0)));
-        let mut out: Vec<(String, u64, u64)> = all
+    fn cap(&self) -> usize {
+        self.top * 50 + 100
+    }
+
+    fn add(&mut self, key: &Shared, cost_ns: u64) {
+        let free = self.exported < self.top;
+        let g = self.groups.entry(key.clone()).or_default();
+        g.seen.0 += 1;
+        g.seen.1 += cost_ns;
+        if !g.exported && free {
+            g.exported = true;
+            self.exported += 1;
+        }
+        let slot = if g.exported {
+            g.shown.get_or_insert_default()
+        } else {
+            &mut self.other
+        };
+        slot.0 += 1;
+        slot.1 += cost_ns;
+        if self.groups.len() > self.cap() {
+            self.forget(self.cap() / 2);
+        }
+    }
+
+    /// Gives the top K groups by spawn cost their own series, and takes it from the others
+    /// (after each batch of processes).
+    fn rank(&mut self) {
+        let mut all: Vec<(&Shared, u64)> = self.groups.iter().map(|(k, g)| (k, g.seen.1)).collect();
+        all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let top: std::collections::HashSet<Shared> = all
             .iter()
             .take(self.top)
-            .map(|(b, (n, c))| (escape(b), *n, *c))
+            .map(|(k, _)| (*k).clone())
             .collect();
-        let rest = all
+        for (k, g) in self.groups.iter_mut() {
+            g.exported = top.contains(k);
+        }
+        self.exported = top.len();
+    }
+
+    /// Forgets the cheapest groups that never had a series, down to `keep` groups if it can:
+    /// a group that had one keeps its count, which must never restart.
+    fn forget(&mut self, keep: usize) {
+        let mut never: Vec<(Shared, u64)> = self
+            .groups
             .iter()
-            .skip(self.top)
-            .fold(self.evicted, |acc, (_, (n, c))| (acc.0 + n, acc.1 + c));
-        out.push(("other".into(), rest.0, rest.1));
+            .filter(|(_, g)| g.shown.is_none() && !g.exported)
+            .map(|(k, g)| (k.clone(), g.seen.1))
+            .collect();
+        never.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+        let excess = self.groups.len().saturating_sub(keep);
+        for (k, _) in never.into_iter().take(excess) {
+            self.groups.remove(&k);
+        }
+    }
+
+    /// The series: the groups that have one now, by cost, then `other`:
+    /// (label, processes, cost_ns).
+    fn series(&self) -> Vec<(String, u64, u64)> {
+        let mut own: Vec<(&Shared, &Group)> =
+            self.groups.iter().filter(|(_, g)| g.exported).collect();
+        own.sort_by(|a, b| b.1.seen.1.cmp(&a.1.seen.1).then(a.0.cmp(b.0)));
+        let mut out: Vec<(String, u64, u64)> = own
+            .iter()
+            .map(|(k, g)| {
+                let (n, c) = g.shown.unwrap_or_default();
+                (escape(k), n, c)
+            })
+            .collect();
+        out.push((OTHER.into(), self.other.0, self.other.1));
         out
     }
 }
 
-#[derive(Debug)]
-struct BinaryCollector(Arc<Mutex<Binaries>>);
+/// The label value of the groups outside the top K.
+const OTHER: &str = "other";
 
-impl Collector for BinaryCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let series = self.0.lock().map_err(|_| std::fmt::Error)?.series();
-        let spawns = ConstCounter::new(0u64);
-        let mut m = encoder.encode_descriptor(
-            "forkprof_binary_spawns",
-            "Processes finished, per binary (top K by spawn cost; the rest under other)",
-            None,
-            spawns.metric_type(),
-        )?;
-        for (binary, n, _) in &series {
-            let labels = [("binary", binary.as_str())];
-            ConstCounter::new(*n).encode(m.encode_family(&labels)?)?;
+/// One bounded family pair: `forkprof_<noun>_spawns` and `forkprof_<noun>_spawn_cost_seconds`.
+#[derive(Debug)]
+struct GroupCollector {
+    groups: Arc<Mutex<Bounded>>,
+    /// `binary` or `cgroup`: the noun of the metric names and the label.
+    label: &'static str,
+    /// The flag that sets K.
+    flag: &'static str,
+}
+
+impl GroupCollector {
+    /// The labels of a series: the group's, and for a cgroup its unit.
+    fn labels<'a>(&self, value: &'a str) -> Vec<(&'static str, std::borrow::Cow<'a, str>)> {
+        let mut labels = vec![(self.label, std::borrow::Cow::Borrowed(value))];
+        if self.label == "cgroup" {
+            let unit = if value == OTHER || value == "?" {
+                value.to_string()
+            } else {
+                unit_of(value)
+            };
+            labels.push(("unit", unit.into()));
         }
-        let mut m = encoder.encode_descriptor(
-            "forkprof_binary_spawn_cost_seconds",
-            "Total spawn_cost of the processes finished, per binary",
-            None,
-            spawns.metric_type(),
-        )?;
-        for (binary, _, cost) in &series {
-            let labels = [("binary", binary.as_str())];
-            ConstCounter::new(*cost as f64 / 1e9).encode(m.encode_family(&labels)?)?;
+        labels
+    }
+}
+
+impl Collector for GroupCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let series = self.groups.lock().map_err(|_| std::fmt::Error)?.series();
+        let what = match self.label {
+            "cgroup" => {
+                "per cgroup (label cgroup: its cgroup v2 path below the cgroup2 mount, or cgroup ID if never named, or ? without cgroup v2; label unit: the systemd unit or 12-digit container id of that path)"
+            }
+            _ => "per binary (label binary: the binary it ran last)",
+        };
+        let bounded = format!(
+            "the top K by spawn cost ({}, default 20), the rest under {}=other; a series counts from when its group entered the top K, what it did before is in other",
+            self.flag, self.label
+        );
+        let kind = ConstCounter::new(0u64).metric_type();
+        let (spawns, cost) = (
+            format!("forkprof_{}_spawns", self.label),
+            format!("forkprof_{}_spawn_cost_seconds", self.label),
+        );
+        let (spawns_help, cost_help) = (
+            format!("Processes finished, {what}: {bounded}"),
+            format!("Total spawn_cost of the processes finished, {what}: {bounded}"),
+        );
+        let mut m = encoder.encode_descriptor(&spawns, &spawns_help, None, kind)?;
+        for (group, n, _) in &series {
+            ConstCounter::new(*n).encode(m.encode_family(&self.labels(group))?)?;
+        }
+        let mut m = encoder.encode_descriptor(&cost, &cost_help, None, kind)?;
+        for (group, _, cost) in &series {
+            ConstCounter::new(*cost as f64 / 1e9).encode(m.encode_family(&self.labels(group))?)?;
         }
         Ok(())
     }
@@ -117,13 +222,15 @@ pub struct Metrics {
     in_flight: Gauge,
     phases: Family<Labels, Histogram>,
     cow_faults: Counter,
-    binaries: Arc<Mutex<Binaries>>,
+    binaries: Arc<Mutex<Bounded>>,
+    cgroups: Arc<Mutex<Bounded>>,
     prev: Counters,
     prev_lost: u64,
 }
 
 impl Metrics {
-    pub fn new(top_binaries: usize) -> Self {
+    /// `top_binaries` and `top_cgroups`: K of the bounded per-binary and per-cgroup series.
+    pub fn new(top_binaries: usize, top_cgroups: usize) -> Self {
         let mut registry = Registry::default();
         let spawns = Family::<Labels, Counter>::default();
         registry.register(
@@ -175,11 +282,18 @@ impl Metrics {
             "forkprof's version",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
-        let binaries = Arc::new(Mutex::new(Binaries {
-            top: top_binaries,
-            ..Default::default()
+        let binaries = Arc::new(Mutex::new(Bounded::new(top_binaries)));
+        registry.register_collector(Box::new(GroupCollector {
+            groups: binaries.clone(),
+            label: "binary",
+            flag: "--top-binaries",
         }));
-        registry.register_collector(Box::new(BinaryCollector(binaries.clone())));
+        let cgroups = Arc::new(Mutex::new(Bounded::new(top_cgroups)));
+        registry.register_collector(Box::new(GroupCollector {
+            groups: cgroups.clone(),
+            label: "cgroup",
+            flag: "--top-cgroups",
+        }));
         // Every method and result is exported from the start, at 0.
         for m in METHODS {
             let _ = spawns.get_or_create(&vec![("method", m.name().to_string())]);
@@ -198,6 +312,7 @@ impl Metrics {
             phases,
             cow_faults,
             binaries,
+            cgroups,
             prev: Counters::default(),
             prev_lost: 0,
         }
@@ -227,6 +342,7 @@ impl Metrics {
 
     pub fn observe(&self, finished: &[Finished]) {
         let mut binaries = self.binaries.lock().expect("metrics lock");
+        let mut cgroups = self.cgroups.lock().expect("metrics lock");
         for f in finished {
             for phase in PHASES {
                 let Some(v) = f.phases.get(phase) else {
@@ -240,8 +356,12 @@ impl Metrics {
                     .get_or_create(&vec![("phase", phase.name().to_string())])
                     .observe(v as f64 / 1e9);
             }
-            binaries.add(&f.binary, f.phases.get(Phase::SpawnCost).unwrap_or(0));
+            let cost = f.phases.get(Phase::SpawnCost).unwrap_or(0);
+            binaries.add(&f.binary, cost);
+            cgroups.add(&f.cgroup, cost);
         }
+        binaries.rank();
+        cgroups.rank();
     }
 
     /// The OpenMetrics text exposition (prometheus-client's encoding).
@@ -318,36 +438,134 @@ fn to_text_004(open_metrics: &str) -> String {
 mod tests {
     use super::*;
 
+    fn add_all(b: &mut Bounded, items: &[(&str, u64)]) {
+        for (name, cost) in items {
+            b.add(&Shared::from(name.as_bytes()), *cost);
+        }
+        b.rank();
+    }
+
+    fn value(series: &[(String, u64, u64)], label: &str) -> Option<(u64, u64)> {
+        series.iter().find(|s| s.0 == label).map(|s| (s.1, s.2))
+    }
+
     #[test]
     fn binaries_are_bounded_to_top_k_and_other() {
-        let mut b = Binaries {
-            top: 2,
-            ..Default::default()
-        };
-        for (name, cost) in [("a", 10u64), ("b", 30), ("c", 20), ("d", 5)] {
-            b.add(&Shared::from(name.as_bytes()), cost);
-        }
-        let s = b.series();
+        let mut b = Bounded::new(2);
+        // The first K groups get a series at once; then the top K by cost keep one.
+        add_all(&mut b, &[("a", 10u64), ("b", 30), ("c", 20), ("d", 5)]);
         assert_eq!(
-            s,
+            b.series(),
             vec![
                 ("b".into(), 1, 30),
-                ("c".into(), 1, 20),
-                ("other".into(), 2, 15)
+                ("c".into(), 0, 0),
+                ("other".into(), 2, 25)
             ]
         );
-        // Far more binaries than the cap: memory stays bounded and nothing is lost.
+        // Far more groups than the cap: memory stays bounded and nothing is lost.
         for i in 0..10_000u64 {
             b.add(&Shared::from(format!("x{i}").as_bytes()), i);
         }
-        assert!(b.by_name.len() <= 2 * 50 + 100);
-        let total: u64 = b.series().iter().map(|s| s.1).sum();
-        assert_eq!(total, 10_004);
+        b.rank();
+        assert!(b.groups.len() <= 2 * 50 + 100);
+        let shown: u64 = b.groups.values().filter_map(|g| g.shown).map(|s| s.0).sum();
+        assert_eq!(shown + b.other.0, 10_004);
+    }
+
+    /// Every series only grows, `other` included, while groups enter and leave the top K,
+    /// and all of them together count every process.
+    #[test]
+    fn series_stay_monotonic_as_groups_enter_and_leave_the_top_k() {
+        let mut b = Bounded::new(2);
+        let mut last: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut check = |b: &Bounded, added: u64| {
+            let series = b.series();
+            assert!(series.len() <= 3, "{series:?}");
+            for (label, n, c) in &series {
+                let before = last.get(label).copied().unwrap_or_default();
+                assert!(
+                    *n >= before.0 && *c >= before.1,
+                    "{label} went down: {series:?}"
+                );
+                last.insert(label.clone(), (*n, *c));
+            }
+            let paused: u64 = b
+                .groups
+                .values()
+                .filter(|g| !g.exported)
+                .filter_map(|g| g.shown)
+                .map(|s| s.0)
+                .sum();
+            let total: u64 = series.iter().map(|s| s.1).sum::<u64>() + paused;
+            assert_eq!(total, added);
+        };
+        let mut added = 0;
+        // a and b first; then c overtakes both, then a comes back on top.
+        for (batch, items) in [
+            vec![("a", 10u64), ("b", 20)],
+            vec![("c", 100)],
+            vec![("c", 100), ("b", 5)],
+            vec![("a", 500), ("a", 500), ("c", 1)],
+            vec![("b", 1000)],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            added += items.len() as u64;
+            add_all(&mut b, &items);
+            check(&b, added);
+            if batch == 1 {
+                // c got a series only after its first process, which stays in other.
+                assert_eq!(value(&b.series(), "c"), Some((0, 0)));
+                assert_eq!(value(&b.series(), "other"), Some((1, 100)));
+                assert_eq!(value(&b.series(), "a"), None, "a paused");
+            }
+        }
+        // a left at batch 1 and came back at batch 3 with its earlier count kept: 1 before,
+        // then its first process of batch 3 went to other (it had no series then), the
+        // second one too (the ranking runs after the batch).
+        assert_eq!(value(&b.series(), "a"), Some((1, 10)));
+        // No top K at all: everything is other.
+        let mut none = Bounded::new(0);
+        add_all(&mut none, &[("a", 1), ("b", 2)]);
+        assert_eq!(none.series(), vec![("other".into(), 2, 3)]);
+    }
+
+    #[test]
+    fn cgroup_series_carry_the_unit() {
+        let m = Metrics::new(5, 1);
+        let finished = |cgroup: &str, cost: u64| {
+            let mut phases = crate::model::Phases::default();
+            phases.0[Phase::SpawnCost as usize] = Some(cost);
+            Finished {
+                binary: b"/bin/true".as_slice().into(),
+                parent_binary: b"/bin/sh".as_slice().into(),
+                method: crate::model::Method::Fork,
+                phases,
+                ld_objects: None,
+                cgroup_id: 1,
+                cgroup: cgroup.as_bytes().into(),
+            }
+        };
+        m.observe(&[
+            finished("/system.slice/a.service/job", 2_000_000_000),
+            finished("/system.slice/b.service", 1_000_000_000),
+        ]);
+        let text = m.encode().unwrap();
+        for want in [
+            "forkprof_cgroup_spawns_total{cgroup=\"/system.slice/a.service/job\",unit=\"a.service\"} 1",
+            "forkprof_cgroup_spawns_total{cgroup=\"other\",unit=\"other\"} 1",
+            "forkprof_cgroup_spawn_cost_seconds_total{cgroup=\"/system.slice/a.service/job\",unit=\"a.service\"} 2.0",
+            "# HELP forkprof_cgroup_spawns Processes finished, per cgroup",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        assert!(!text.contains("b.service"), "{text}");
     }
 
     #[test]
     fn exposition_has_the_documented_series() {
-        let mut m = Metrics::new(5);
+        let mut m = Metrics::new(5, 5);
         let mut c = Counters::default();
         c.spawns[0] = 3;
         c.execs_ok = 2;
@@ -361,6 +579,7 @@ mod tests {
             "forkprof_processes_followed 4",
             "forkprof_build_info{version=",
             "forkprof_binary_spawns_total{binary=\"other\"} 0",
+            "forkprof_cgroup_spawns_total{cgroup=\"other\",unit=\"other\"} 0",
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
@@ -368,7 +587,7 @@ mod tests {
 
     #[test]
     fn text_004_names_counters_with_total_and_info_as_a_gauge() {
-        let m = Metrics::new(5);
+        let m = Metrics::new(5, 5);
         let (text, kind) = m.encode_for("text/plain;version=0.0.4").unwrap();
         assert_eq!(kind, TEXT_004_CONTENT_TYPE);
         assert!(

@@ -19,7 +19,7 @@ use ratatui::{
 use super::duration;
 use crate::model::{
     phases::Phase,
-    top::{BinaryRow, SortColumn, TopView, sort_rows},
+    top::{GroupMode, Row as TopRow, SortColumn, TopView, sort_rows},
 };
 
 /// Letters and colours of the phase bar, in `Phase::SPAWN_COST_PARTS` order.
@@ -73,12 +73,41 @@ impl Drop for TerminalGuard {
 /// What the keys change.
 #[derive(Default)]
 pub struct ViewState {
+    /// What a row is (`g` cycles binary, cgroup, unit).
+    pub group: GroupMode,
     pub sort: SortColumn,
     pub filter: String,
     /// Typing a filter (after '/').
     pub editing: bool,
     pub paused: bool,
     pub help: bool,
+}
+
+/// Display width of one character (wide characters take two cells).
+fn char_width(c: char) -> usize {
+    Span::raw(c.to_string()).width()
+}
+
+/// `text` cut from the left to fit `width` cells, with an ellipsis: a long cgroup path
+/// keeps its unit and leaf (`…/kubepods-pod1.slice/cri-containerd-1a2b.scope`).
+pub fn fit_left(text: &str, width: usize) -> String {
+    if text.chars().map(char_width).sum::<usize>() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut kept = Vec::new();
+    let mut used = 1; // the ellipsis
+    for c in text.chars().rev() {
+        let w = char_width(c);
+        if used + w > width {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
+    std::iter::once('…').chain(kept.into_iter().rev()).collect()
 }
 
 /// The bar splitting a spawn cost by phase, one letter per phase share.
@@ -123,8 +152,9 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
     ])
     .areas(frame.area());
     let status = format!(
-        " forkprof top   interval {:.1}s   sort: {}{}{}",
+        " forkprof top   interval {:.1}s   by: {}   sort: {}{}{}",
         view.interval_s,
+        state.group.name(),
         state.sort.name(),
         if state.filter.is_empty() && !state.editing {
             String::new()
@@ -158,63 +188,82 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
     ];
     frame.render_widget(Paragraph::new(header), head);
 
-    let mut rows: Vec<&BinaryRow> = view
-        .rows
+    let mut owned: Vec<TopRow> = view
+        .rows(state.group)
         .iter()
-        .filter(|r| state.filter.is_empty() || r.binary.contains(&state.filter))
+        .filter(|r| state.filter.is_empty() || r.name.contains(&state.filter))
+        .cloned()
         .collect();
-    let mut owned: Vec<BinaryRow> = rows.drain(..).cloned().collect();
     sort_rows(&mut owned, state.sort);
+    let widths = [
+        Constraint::Fill(3),
+        Constraint::Length(10),
+        Constraint::Length(8),
+        Constraint::Length(11),
+        Constraint::Length(BAR_WIDTH as u16 + 1),
+        Constraint::Fill(2),
+    ];
+    // The widths the table will give its columns (its default spacing is 1): long names
+    // are cut from the left, so that a path keeps its end.
+    let cols = Layout::horizontal(widths)
+        .spacing(1)
+        .split(Rect::new(0, 0, body.width, 1));
+    let (name_w, top_w) = (usize::from(cols[0].width), usize::from(cols[5].width));
     let table_rows = owned.iter().map(|r| {
         Row::new(vec![
-            Cell::from(r.binary.clone()),
+            Cell::from(fit_left(&r.name, name_w)),
             Cell::from(format!("{:>9.1}", r.spawns_per_s)),
+            Cell::from(format!("{:>7}", r.total)),
             Cell::from(format!("{:>10}", duration(r.mean_spawn_cost_ns))),
             Cell::from(Line::from(phase_bar(&r.cost_parts_ns))),
-            Cell::from(r.top_parent.clone()),
+            Cell::from(fit_left(&r.top, top_w)),
         ])
     });
-    let table = Table::new(
-        table_rows,
-        [
-            Constraint::Fill(3),
-            Constraint::Length(10),
-            Constraint::Length(11),
-            Constraint::Length(BAR_WIDTH as u16 + 1),
-            Constraint::Fill(2),
-        ],
-    )
-    .header(
-        Row::new(vec![
-            "BINARY",
-            " SPAWNS/S",
-            "MEAN COST",
-            "PHASES",
-            "TOP PARENT",
-        ])
-        .style(Style::default().add_modifier(Modifier::REVERSED)),
-    )
-    .block(Block::default().borders(Borders::TOP));
+    let (name_col, top_col) = match state.group {
+        GroupMode::Binary => ("BINARY", "TOP PARENT"),
+        GroupMode::Cgroup => ("CGROUP", "TOP BINARY"),
+        GroupMode::Unit => ("UNIT", "TOP BINARY"),
+    };
+    let table = Table::new(table_rows, widths)
+        .header(
+            Row::new(vec![
+                name_col,
+                " SPAWNS/S",
+                "  TOTAL",
+                "MEAN COST",
+                "PHASES",
+                top_col,
+            ])
+            .style(Style::default().add_modifier(Modifier::REVERSED)),
+        )
+        .block(Block::default().borders(Borders::TOP));
     frame.render_widget(table, body);
-    let keys = Line::from(" q quit   s sort   / filter   p pause   h help");
+    let keys = Line::from(" q quit   g group   s sort   / filter   p pause   h help");
     frame.render_widget(Paragraph::new(vec![legend(), keys]), foot);
     if state.help {
-        help(frame, body);
+        help(frame, body, state.group);
     }
 }
 
-fn help(frame: &mut Frame<'_>, area: Rect) {
+fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
     let text = vec![
-        Line::from(" forkprof top: process creation on this machine, per binary"),
+        Line::from(" forkprof top: process creation on this machine, per binary, cgroup or unit"),
         Line::from(""),
         Line::from(" q, Esc    quit"),
-        Line::from(" s         sort by the next column (spawns/s, mean cost, total cost, binary)"),
-        Line::from(" /         filter binaries by name (Enter ends, Esc clears)"),
+        Line::from(format!(
+            " g         group rows by the next of binary, cgroup, unit (now: {})",
+            group.name()
+        )),
+        Line::from(" s         sort by the next column (spawns/s, mean cost, total cost, name)"),
+        Line::from(" /         filter rows by name (Enter ends, Esc clears)"),
         Line::from(" p, space  pause / resume"),
         Line::from(" h, ?      this help"),
         Line::from(""),
-        Line::from(" Rows are the processes that finished in the last interval."),
-        Line::from(" Mean cost is spawn_cost; the bar splits it by phase."),
+        Line::from(" Rows are the processes that finished in the last interval;"),
+        Line::from(" TOTAL counts them since top started. Mean cost is spawn_cost;"),
+        Line::from(" the bar splits it by phase. A cgroup is its path below the cgroup2"),
+        Line::from(" mount (\"(gone)\": removed since); a unit is its systemd unit or"),
+        Line::from(" container id (12 digits)."),
     ];
     let w = area.width.min(84);
     let h = area.height.min(text.len() as u16 + 2);
@@ -231,8 +280,10 @@ fn help(frame: &mut Frame<'_>, area: Rect) {
     );
 }
 
-/// One line per interval for scripts and logs (`--plain`, `--once`, or no TTY).
-pub fn plain_line(view: &TopView, top: usize) -> String {
+/// One line per interval for scripts and logs (`--plain`, `--once`, or no TTY), then one
+/// per row of grouping `by`: `cgroup=/system.slice/a.service processes=41 total=41 ...`
+/// (processes in the interval, and since top started).
+pub fn plain_line(view: &TopView, top: usize, by: GroupMode) -> String {
     let mut s = format!(
         "spawns/s={:.1} spawns_1m/s={:.1} spawns_peak/s={:.1} exec/s={:.1} failed_exec/s={:.1} threads/s={:.1} lost_events={}",
         view.spawn_rate_now,
@@ -243,7 +294,7 @@ pub fn plain_line(view: &TopView, top: usize) -> String {
         view.thread_rate,
         view.lost_events
     );
-    for r in view.rows.iter().take(top) {
+    for r in view.rows(by).iter().take(top) {
         let parts: Vec<String> = Phase::SPAWN_COST_PARTS
             .iter()
             .zip(r.cost_parts_ns)
@@ -251,13 +302,60 @@ pub fn plain_line(view: &TopView, top: usize) -> String {
             .map(|(p, v)| format!("{}={}", p.name(), v))
             .collect();
         s.push_str(&format!(
-            "\n  binary={} spawns/s={:.1} mean_spawn_cost_ns={} {} top_parent={}",
-            r.binary,
+            "\n  {}={} processes={} total={} spawns/s={:.1} mean_spawn_cost_ns={} {} {}={}",
+            by.name(),
+            r.name,
+            r.processes,
+            r.total,
             r.spawns_per_s,
             r.mean_spawn_cost_ns,
             parts.join(" "),
-            r.top_parent
+            by.top_name(),
+            r.top
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_cut_from_the_left() {
+        let path = "/kubepods.slice/kubepods-burstable.slice/cri-containerd-4f3c2a1b0e9d.scope";
+        assert_eq!(fit_left(path, 200), path);
+        assert_eq!(fit_left(path, path.len()), path);
+        let cut = fit_left(path, 40);
+        assert_eq!(cut.chars().count(), 40);
+        assert_eq!(cut, "…slice/cri-containerd-4f3c2a1b0e9d.scope");
+        // The " (gone)" mark is at the end: it stays.
+        assert!(fit_left(&format!("{path} (gone)"), 20).ends_with("9d.scope (gone)"));
+        // Wide characters count two cells and are never split.
+        assert_eq!(fit_left("/a/日本語", 8), "…/日本語");
+        assert_eq!(fit_left("/a/日本語", 6), "…本語");
+        assert_eq!(fit_left("/a/日本語", 5), "…本語");
+        assert_eq!(fit_left("/a/日本語", 4), "…語");
+        assert_eq!(fit_left(path, 1), "…");
+        assert_eq!(fit_left(path, 0), "");
+    }
+
+    #[test]
+    fn plain_lines_name_the_grouping() {
+        let mut view = TopView::default();
+        view.rows[GroupMode::Cgroup as usize].push(TopRow {
+            name: "/test/a.service".into(),
+            processes: 41,
+            total: 41,
+            top: "/bin/true".into(),
+            ..Default::default()
+        });
+        let text = plain_line(&view, 10, GroupMode::Cgroup);
+        assert!(
+            text.contains("\n  cgroup=/test/a.service processes=41 total=41 spawns/s=0.0"),
+            "{text}"
+        );
+        assert!(text.ends_with("top_binary=/bin/true"), "{text}");
+        assert_eq!(plain_line(&view, 10, GroupMode::Binary).lines().count(), 1);
+    }
 }

@@ -156,12 +156,7 @@ impl Drop for Clock {
 
 /// A fresh cgroup v2 group for the runs, if this machine has a writable cgroup2 mount.
 fn make_cgroup() -> Option<PathBuf> {
-    let mounts = fs::read_to_string("/proc/mounts").ok()?;
-    let mount = mounts.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
-        (fstype == "cgroup2").then(|| PathBuf::from(dir))
-    })?;
+    let mount = super::tools::cgroup2_mount()?;
     let dir = mount.join(format!("forkprof-bench-{}", std::process::id()));
     if !dir.is_dir() {
         fs::create_dir(&dir).ok()?;

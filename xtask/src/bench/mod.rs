@@ -78,9 +78,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .filter(|t| args.only.contains(t))
             .collect()
     };
-    let paths = Paths::new(args.workload);
+    let mut paths = Paths::new(args.workload);
     let mut unavailable = Unavailable::new();
     prepare(args, &tools, &paths, &mut unavailable)?;
+    // Kept until the end of the runs, then removed.
+    let _idle = idle_cgroup(&tools, &mut paths, &mut unavailable);
     let clock = Clock::new()?;
     let active = measure::warm_up(&paths, &clock, &tools, args.iterations, &mut unavailable)?;
     let (bare, rows) = measure::pairs(args, &paths, &clock, &active)?;
@@ -139,6 +141,30 @@ fn prepare(
         tools::build_forkprof()?;
     }
     tools::compile_loop(paths)
+}
+
+/// The empty cgroup that `record --cgroup` records, when that tool is selected; without
+/// one, the tool is marked unavailable with the reason.
+fn idle_cgroup(
+    tools: &[Tool],
+    paths: &mut Paths,
+    unavailable: &mut Unavailable,
+) -> Option<tools::IdleCgroup> {
+    if !tools.contains(&Tool::RecordCgroup) {
+        return None;
+    }
+    match tools::IdleCgroup::make() {
+        Ok(group) => {
+            paths.idle_cgroup = Some(group.shown.clone());
+            Some(group)
+        }
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("xtask: bench: {}: {why}", Tool::RecordCgroup.label());
+            unavailable.push((Tool::RecordCgroup, why));
+            None
+        }
+    }
 }
 
 /// The rows of the table: bare first, then every selected tool in order, those that did

@@ -17,6 +17,9 @@ pub(super) enum Tool {
     ForkprofEmpty,
     /// `forkprof record` of the whole system, started before the loop and stopped after it
     Record,
+    /// `forkprof record --cgroup` of an empty cgroup made for the bench, around the loop
+    /// (which runs outside it): what a scoped recording costs the rest of the host
+    RecordCgroup,
     /// `forkprof monitor` (system-wide), started before the loop and stopped after it
     Monitor,
     /// `strace -f -c -o /dev/null`
@@ -27,11 +30,12 @@ pub(super) enum Tool {
     Bpftrace,
 }
 
-pub(super) const ALL_TOOLS: [Tool; 8] = [
+pub(super) const ALL_TOOLS: [Tool; 9] = [
     Tool::Control,
     Tool::Forkprof,
     Tool::ForkprofEmpty,
     Tool::Record,
+    Tool::RecordCgroup,
     Tool::Monitor,
     Tool::Strace,
     Tool::Perf,
@@ -48,6 +52,7 @@ impl Tool {
             Tool::Forkprof => "forkprof run",
             Tool::ForkprofEmpty => "forkprof run, empty programs",
             Tool::Record => "forkprof record",
+            Tool::RecordCgroup => "forkprof record --cgroup (idle)",
             Tool::Monitor => "forkprof monitor",
             Tool::Strace => "strace -f -c",
             Tool::Perf => "perf trace -s",
@@ -59,16 +64,23 @@ impl Tool {
     pub(super) fn is_forkprof(self) -> bool {
         matches!(
             self,
-            Tool::Forkprof | Tool::ForkprofEmpty | Tool::Record | Tool::Monitor
+            Tool::Forkprof
+                | Tool::ForkprofEmpty
+                | Tool::Record
+                | Tool::RecordCgroup
+                | Tool::Monitor
         )
     }
 
     /// The Debian package that provides the tool, if it is not built here.
     fn package(self) -> Option<&'static str> {
         match self {
-            Tool::Control | Tool::Forkprof | Tool::ForkprofEmpty | Tool::Record | Tool::Monitor => {
-                None
-            }
+            Tool::Control
+            | Tool::Forkprof
+            | Tool::ForkprofEmpty
+            | Tool::Record
+            | Tool::RecordCgroup
+            | Tool::Monitor => None,
             Tool::Strace => Some("strace"),
             Tool::Perf => Some("linux-perf"),
             Tool::Bpftrace => Some("bpftrace"),
@@ -105,6 +117,9 @@ pub(super) struct Paths {
     pub(super) workload: Workload,
     /// FORKPROF_BENCH_ONLY for forkprof's runs (the ablation), if any.
     pub(super) only: Option<&'static str>,
+    /// The empty cgroup that `Tool::RecordCgroup` records, as forkprof names it (see
+    /// `IdleCgroup`).
+    pub(super) idle_cgroup: Option<String>,
 }
 
 impl Paths {
@@ -119,6 +134,7 @@ impl Paths {
             dir,
             workload,
             only: None,
+            idle_cgroup: None,
         }
     }
 
@@ -193,6 +209,17 @@ exit $status"#,
                     "forkprof: recording",
                 )
             }
+            Some(Tool::RecordCgroup) => {
+                let db = self.dir.join("record-cgroup.db");
+                let group = self
+                    .idle_cgroup
+                    .as_deref()
+                    .context("no idle cgroup was made for `record --cgroup`")?;
+                self.around(
+                    &["record", "--force", "--cgroup", group, "-o", path_str(&db)?],
+                    "forkprof: recording",
+                )
+            }
             Some(Tool::Monitor) => self.around(
                 &["monitor", "--listen", "127.0.0.1:0"],
                 "forkprof: serving metrics",
@@ -257,6 +284,47 @@ pub(super) fn shown(cmd: &Command) -> String {
         .map(|a| a.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The cgroup2 mount point, if this machine has one (`/sys/fs/cgroup`, or
+/// `/sys/fs/cgroup/unified` on a hybrid hierarchy).
+pub(super) fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup2").then(|| PathBuf::from(dir))
+    })
+}
+
+/// An empty cgroup v2 group for `Tool::RecordCgroup`: nothing ever runs in it, so forkprof
+/// follows no process, and all the loop outside it pays is the hooks' dispatch and the
+/// scope check of each fork, exec and exit. Removed when dropped.
+pub(super) struct IdleCgroup {
+    dir: PathBuf,
+    /// Its path below the cgroup2 mount, as `--cgroup` takes it.
+    pub(super) shown: String,
+}
+
+impl IdleCgroup {
+    pub(super) fn make() -> Result<Self> {
+        let mount = cgroup2_mount().context("this machine has no cgroup v2 hierarchy")?;
+        let name = format!("forkprof-bench-idle-{}", std::process::id());
+        let dir = mount.join(&name);
+        if !dir.is_dir() {
+            fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        }
+        Ok(Self {
+            dir,
+            shown: format!("/{name}"),
+        })
+    }
+}
+
+impl Drop for IdleCgroup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.dir);
+    }
 }
 
 fn path_str(p: &Path) -> Result<&str> {
@@ -420,6 +488,15 @@ mod tests {
             vec![("FORKPROF_BENCH_ONLY", "mmap")]
         );
         assert_eq!(paths.env(Some(Tool::Strace)), vec![]);
+        // record --cgroup needs its idle group, made by the bench before the runs.
+        assert!(paths.command(Some(Tool::RecordCgroup), 3).is_err());
+        paths.idle_cgroup = Some("/forkprof-bench-idle-1".into());
+        let scoped = line(&paths, Some(Tool::RecordCgroup));
+        assert!(
+            scoped.contains("record --force --cgroup /forkprof-bench-idle-1 -o")
+                && scoped.ends_with(&format!("{l} 3 {t}")),
+            "{scoped}"
+        );
         paths.workload = Workload::VforkExit;
         assert_eq!(line(&paths, None), format!("{l} 3 --vfork-exit"));
     }

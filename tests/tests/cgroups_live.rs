@@ -1,0 +1,486 @@
+//! Cgroups in the live views, on real cgroup v2 groups made by the test: two workloads spawn
+//! 40 and 60 children, each in its own group, while a third spawns 20 outside them.
+//! - `monitor`'s `cgroup` label, scraped by a real Prometheus, counts each group exactly;
+//! - `top --plain --by cgroup` does too, and shows a group removed before its processes
+//!   were finished as its path with " (gone)" (or `cgroup ID` if it was never named), never
+//!   as another group;
+//! - the TUI shows both groups and their totals, cuts a long path from the left, and `g`
+//!   switches between cgroups, units and binaries.
+//!
+//! Each workload is one process in its group plus its children: the `sh` that moves itself
+//! into the group and execs the workload (a process counts where it exec'd last) spawns 40
+//! (or 60) children that exec /bin/true there: 41 and 61.
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use forkprof_tests::{forkprof, needs_root, tempdir, workload};
+
+/// The cgroup2 mount (`/sys/fs/cgroup/unified` on a hybrid host, `/sys/fs/cgroup` on a
+/// pure v2 one).
+fn cgroup2() -> PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find(|l| {
+            l.split(" - ")
+                .nth(1)
+                .is_some_and(|r| r.starts_with("cgroup2 "))
+        })
+        .and_then(|l| l.split_whitespace().nth(4))
+        .map(PathBuf::from)
+        .expect("this machine has a cgroup2 mount")
+}
+
+/// Groups made by one test, removed (once empty) when dropped.
+struct Groups {
+    top: PathBuf,
+    made: Vec<PathBuf>,
+}
+
+impl Groups {
+    fn new(test: &str) -> Self {
+        let top = cgroup2().join(format!("forkprof-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&top).unwrap();
+        Self {
+            top: top.clone(),
+            made: vec![top],
+        }
+    }
+
+    fn make(&mut self, name: &str) -> PathBuf {
+        let mut dir = self.top.clone();
+        for part in name.split('/') {
+            dir.push(part);
+            if !self.made.contains(&dir) {
+                std::fs::create_dir_all(&dir).unwrap();
+                self.made.push(dir.clone());
+            }
+        }
+        dir
+    }
+
+    /// `dir`'s path as forkprof shows it (below the cgroup2 mount).
+    fn shown(dir: &Path) -> String {
+        format!("/{}", dir.strip_prefix(cgroup2()).unwrap().display())
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The three workloads: `fp-workload spawn fork N /bin/true`, 40 in `a`, 60 in `b` (each by
+/// an `sh` that moves itself there and execs it), 20 outside; returns when all are done.
+fn run_workloads(a: &Path, b: &Path) {
+    let w = workload();
+    let w = w.display();
+    let in_group = |group: &Path, n: u32| {
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec {w} spawn fork {n} /bin/true",
+                group.display()
+            ))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children = vec![
+        in_group(a, 40),
+        in_group(b, 60),
+        Command::new(workload())
+            .args(["spawn", "fork", "20", "/bin/true"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ];
+    for c in &mut children {
+        assert!(c.wait().unwrap().success());
+    }
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn curl(args: &[&str]) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5"])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Prometheus's value for an instant query, if it has exactly one series.
+fn query(prom: u16, q: &str) -> Option<f64> {
+    let url = format!("http://127.0.0.1:{prom}/api/v1/query");
+    let body = curl(&["-G", &url, "--data-urlencode", &format!("query={q}")])?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let result = v["data"]["result"].as_array()?;
+    if result.len() != 1 {
+        return None;
+    }
+    result[0]["value"][1].as_str()?.parse().ok()
+}
+
+#[test]
+fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
+    needs_root!();
+    let dir = tempdir();
+    let port = free_port();
+    // K is larger than the cgroups any host spawns in at once: the groups get their own
+    // series from their first process, which is what makes their counts exact (a group
+    // that enters the top K later counts from then on; what it did before is in `other`).
+    let _monitor = Killed(
+        Command::new(forkprof())
+            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--top-cgroups", "1000"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    // /metrics answers once the programs are attached.
+    wait_for("/metrics", Duration::from_secs(30), || {
+        curl(&[&metrics_url])
+    });
+    let prom = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: forkprof\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (cargo xtask setup installs it)"),
+    );
+    wait_for(
+        "prometheus to scrape forkprof",
+        Duration::from_secs(30),
+        || query(prom, "up{job=\"forkprof\"}").filter(|&v| v == 1.0),
+    );
+    // Made after forkprof started: their names come from a walk of the hierarchy on a
+    // miss, not from the one at start.
+    let mut groups = Groups::new("monitor");
+    let a = groups.make("a.service");
+    let b = groups.make("b.service");
+    run_workloads(&a, &b);
+    let series = |dir: &Path, unit: &str| {
+        format!(
+            "forkprof_cgroup_spawns_total{{cgroup=\"{}\",unit=\"{unit}\"}}",
+            Groups::shown(dir)
+        )
+    };
+    let (qa, qb) = (series(&a, "a.service"), series(&b, "b.service"));
+    // Processes are finished a grace period (1 s) after their exit, then scraped.
+    for (q, want) in [(&qa, 41.0), (&qb, 61.0)] {
+        let got = wait_for(q, Duration::from_secs(30), || {
+            query(prom, q).filter(|&v| v >= want)
+        });
+        assert_eq!(got, want, "{q}");
+    }
+    // And no more arrive: two more updates (500 ms each) and scrapes.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(query(prom, &qa), Some(41.0), "{qa}");
+    assert_eq!(query(prom, &qb), Some(61.0), "{qb}");
+    let cost = qa.replace("spawns_total", "spawn_cost_seconds_total");
+    let cost = query(prom, &cost).unwrap_or_else(|| panic!("no {cost}"));
+    assert!(cost > 0.0, "{cost}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `top --plain --by cgroup`'s rows, summed over its intervals: name -> processes, and the
+/// last `total=` of each name.
+fn plain_counts(text: &str) -> (HashMap<String, u64>, HashMap<String, u64>) {
+    let (mut sums, mut totals) = (HashMap::new(), HashMap::new());
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("  cgroup=") else {
+            continue;
+        };
+        let (name, rest) = rest.split_once(" processes=").expect(line);
+        let mut words = rest.split_whitespace();
+        let n: u64 = words.next().unwrap().parse().unwrap();
+        let total: u64 = words
+            .next()
+            .and_then(|w| w.strip_prefix("total="))
+            .expect(line)
+            .parse()
+            .unwrap();
+        *sums.entry(name.to_string()).or_default() += n;
+        totals.insert(name.to_string(), total);
+    }
+    (sums, totals)
+}
+
+#[test]
+fn top_plain_by_cgroup_counts_each_group_and_marks_a_removed_one() {
+    needs_root!();
+    let mut top = Command::new(forkprof())
+        .args(["top", "--plain", "--by", "cgroup", "--interval", "1s"])
+        .args(["--top", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = top.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let top = Killed(top);
+    let mut text = String::new();
+    // The first line comes after the first interval: tracing is on.
+    let first = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("top's first line");
+    assert!(first.starts_with("spawns/s="), "{first}");
+    let mut groups = Groups::new("topplain");
+    let a = groups.make("a.service");
+    let b = groups.make("b.service");
+    let c = groups.make("c.service");
+    let c_id = std::fs::metadata(&c).unwrap().ino();
+    run_workloads(&a, &b);
+    // A third group whose processes have all exited, removed before they are finished.
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {} spawn fork 10 /bin/true",
+            c.display(),
+            workload().display()
+        ))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::remove_dir(&c).unwrap();
+    let (sa, sb, sc) = (Groups::shown(&a), Groups::shown(&b), Groups::shown(&c));
+    let c_gone = format!("{sc} (gone)");
+    let c_unnamed = format!("cgroup {c_id}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = |text: &str| {
+        let (sums, _) = plain_counts(text);
+        let c =
+            sums.get(&c_gone).copied().unwrap_or(0) + sums.get(&c_unnamed).copied().unwrap_or(0);
+        sums.get(&sa).copied().unwrap_or(0) >= 41
+            && sums.get(&sb).copied().unwrap_or(0) >= 61
+            && c >= 11
+    };
+    while !done(&text) && Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    // Two more intervals: nothing more may arrive for the groups.
+    let settle = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < settle {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    drop(top);
+    let _ = reader.join();
+    let (sums, totals) = plain_counts(&text);
+    let rows: Vec<&String> = sums
+        .keys()
+        .filter(|k| k.contains("forkprof-topplain"))
+        .collect();
+    assert_eq!(sums.get(&sa), Some(&41), "{rows:?}\n{text}");
+    assert_eq!(sums.get(&sb), Some(&61), "{rows:?}\n{text}");
+    assert_eq!(totals.get(&sa), Some(&41), "{text}");
+    assert_eq!(totals.get(&sb), Some(&61), "{text}");
+    // The removed group: its last known path marked gone (or its id, had it been removed
+    // before forkprof named it), never its path as if it were there, never another group.
+    let c_count =
+        sums.get(&c_gone).copied().unwrap_or(0) + sums.get(&c_unnamed).copied().unwrap_or(0);
+    assert_eq!(c_count, 1 + 10, "{rows:?}\n{text}");
+    assert!(
+        rows.iter().all(|r| [&sa, &sb, &c_gone].contains(r)),
+        "only a, b and c (gone) of the test's groups: {rows:?}"
+    );
+}
+
+struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    fn new(name: &str, width: u32) -> Self {
+        let session = format!("{name}-{}", std::process::id());
+        let st = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &session, "-x"])
+            .arg(width.to_string())
+            .args(["-y", "50", "bash --norc --noprofile"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Self { session }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let st = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+/// The TOTAL column of the row whose name cell (the first) satisfies `is_row`.
+fn row_total(screen: &str, is_row: impl Fn(&str) -> bool) -> Option<u64> {
+    screen.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        if !is_row(words.next()?) {
+            return None;
+        }
+        words.nth(1)?.parse().ok()
+    })
+}
+
+#[test]
+fn top_tui_shows_cgroups_and_units_and_cuts_long_paths_from_the_left() {
+    needs_root!();
+    let mut groups = Groups::new("toptui");
+    // Short enough to show whole in a 120-column terminal, and too long to.
+    // Units of their own: `top` is system-wide, and other tests run `a.service`s.
+    let a = groups.make("tui-a.service");
+    let b = groups.make("a-slice-with-a-long-name-to-cut-from-the-left.slice/tui-b.service");
+    let t = Tmux::new("fpcgtui", 120);
+    t.keys(&[
+        &format!("{} top --by cgroup", forkprof().display()),
+        "Enter",
+    ]);
+    wait_for("top's header", Duration::from_secs(30), || {
+        let s = t.screen();
+        (s.contains("by: cgroup") && s.contains("CGROUP")).then_some(())
+    });
+    // The header is drawn once tracing has started.
+    run_workloads(&a, &b);
+    let (sa, sb) = (Groups::shown(&a), Groups::shown(&b));
+    let b_tail = "/tui-b.service";
+    assert!(sb.len() > 40, "{sb}");
+    // TOTAL counts since top started: a row shows 41 (61) once all of them are finished.
+    let (mut seen_a, mut seen_b) = (0, 0);
+    let mut cut = String::new();
+    wait_for("both groups' totals", Duration::from_secs(30), || {
+        let s = t.screen();
+        if let Some(n) = row_total(&s, |name| name == sa) {
+            seen_a = n;
+        }
+        if let Some(n) = row_total(&s, |name| name.starts_with('…') && name.ends_with(b_tail)) {
+            seen_b = n;
+            cut = s
+                .lines()
+                .find(|l| l.contains(b_tail))
+                .unwrap_or_default()
+                .to_string();
+        }
+        (seen_a >= 41 && seen_b >= 61).then_some(())
+    });
+    assert_eq!((seen_a, seen_b), (41, 61));
+    // Cut from the left: the row keeps the end of the path, not its start.
+    assert!(!cut.contains(&sb), "{cut}");
+    let name = cut.split_whitespace().next().unwrap();
+    assert!(sb.ends_with(name.trim_start_matches('…')), "{name} vs {sb}");
+    // `g`: by unit (the same workloads once more: units count since start too), then by
+    // binary.
+    t.keys(&["g"]);
+    wait_for("by unit", Duration::from_secs(5), || {
+        let s = t.screen();
+        (s.contains("by: unit") && s.contains("UNIT")).then_some(())
+    });
+    run_workloads(&a, &b);
+    let (mut unit_a, mut unit_b) = (0, 0);
+    wait_for("both units' totals", Duration::from_secs(30), || {
+        let s = t.screen();
+        if let Some(n) = row_total(&s, |name| name == "tui-a.service") {
+            unit_a = n;
+        }
+        if let Some(n) = row_total(&s, |name| name == "tui-b.service") {
+            unit_b = n;
+        }
+        (unit_a >= 2 * 41 && unit_b >= 2 * 61).then_some(())
+    });
+    assert_eq!((unit_a, unit_b), (2 * 41, 2 * 61));
+    t.keys(&["g"]);
+    wait_for("by binary", Duration::from_secs(5), || {
+        let s = t.screen();
+        (s.contains("by: binary") && s.contains("BINARY")).then_some(())
+    });
+    t.keys(&["h"]);
+    wait_for("the help's g line", Duration::from_secs(5), || {
+        let s = t.screen();
+        s.contains("group rows by the next of binary, cgroup, unit")
+            .then_some(())
+    });
+    t.keys(&["q"]);
+    std::thread::sleep(Duration::from_millis(300));
+}

@@ -508,7 +508,8 @@ pub struct ReportBuilder<'c, 'a> {
     /// Atime updates by the mount of the binary (index into `trace.mounts`).
     atime_by_mount: HashMap<usize, u64>,
     method_keys: HashMap<&'static str, Shared>,
-    units: HashMap<Shared, Shared>,
+    /// Cgroup id -> (its `cgroup` key, its `unit` key).
+    cgroup_keys: rustc_hash::FxHashMap<u64, (Shared, Shared)>,
     names: Names,
 }
 
@@ -540,24 +541,34 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
                 .iter()
                 .map(|m| (m.name(), Shared::from(m.name().as_bytes())))
                 .collect(),
-            units: HashMap::new(),
+            cgroup_keys: Default::default(),
             names: Names::default(),
         }
     }
 
-    /// The key of a cgroup grouping (`unit`: the unit of the cgroup).
+    /// The key of a cgroup grouping (`unit`: the unit of the cgroup), worked out once per
+    /// cgroup id.
     fn cgroup_key(&mut self, trace: &Trace, p: &Process, unit: bool) -> Shared {
-        let path = super::cgroup::label(trace, p);
-        if !unit || path.as_ref() == b"?" {
-            return path;
-        }
-        self.units
-            .entry(path.clone())
-            .or_insert_with(|| {
-                let u = super::cgroup::unit_of(&String::from_utf8_lossy(&path));
-                Shared::from(u.as_bytes())
-            })
-            .clone()
+        let id = p.cgroup_id();
+        let (path, of_unit) = match self.cgroup_keys.get(&id) {
+            Some(keys) => keys,
+            None => {
+                let path = super::cgroup::label(trace, p);
+                let of_unit = if path.as_ref() == b"?" {
+                    path.clone()
+                } else {
+                    let u = super::cgroup::unit_of(&String::from_utf8_lossy(&path));
+                    self.names.label(u.as_bytes())
+                };
+                // An id named later (a cgroup made during the recording) is looked up
+                // again until it has its name.
+                if trace.knows_cgroup(id) || id == 0 {
+                    self.cgroup_keys.insert(id, (path.clone(), of_unit.clone()));
+                }
+                return if unit { of_unit } else { path };
+            }
+        };
+        if unit { of_unit.clone() } else { path.clone() }
     }
 
     /// Adds one process; `trace` gives what is known beyond it (cgroup names, mounts, the

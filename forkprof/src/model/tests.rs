@@ -553,3 +553,52 @@ fn cgroups_group_by_where_a_process_execd_else_where_it_was_created() {
         ]
     );
 }
+
+/// `--flamegraph --by cgroup` (or `unit`) roots each stack at the process's cgroup, so one
+/// graph splits spawn cost by service first; without it the stack starts at the root.
+#[test]
+fn flame_graph_stacks_can_be_rooted_at_the_cgroup() {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let (root, a, b) = (key(1, 0), key(2, 1_000_000), key(3, 2_000_000));
+    t.ingest(exec(root, 500_000, b"/bin/make", 0, 0));
+    for (k, path, cgroup) in [(a, &b"/bin/cc"[..], 11), (b, &b"/bin/ld"[..], 12)] {
+        let mut s = spawn(root, k, 56, SIGCHLD);
+        if let Record::Spawn(r) = &mut s {
+            r.cgroup_id = cgroup;
+        }
+        t.ingest(s);
+        t.ingest(exec(k, k.start_ns + 200_000, path, 0, 0));
+        t.ingest(exit(k, 0));
+    }
+    t.cgroup(11, b"/system.slice/build.service");
+    t.cgroup(12, b"/system.slice/link;er.service");
+    let folded = |flame_root| {
+        let ctx = Context {
+            folded: true,
+            flame_root,
+            ..Context::for_run(&|_| false)
+        };
+        let stacks: Vec<String> = Report::build(&t, &ctx)
+            .folded
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect();
+        stacks
+    };
+    // The root (run's command) has a spawn cost too; it has no cgroup id here: `?`.
+    assert_eq!(folded(None), ["make", "make;cc", "make;ld"]);
+    assert_eq!(
+        folded(Some(GroupBy::Cgroup)),
+        [
+            "/system.slice/build.service;make;cc",
+            "/system.slice/link_er.service;make;ld",
+            "?;make"
+        ]
+    );
+    assert_eq!(
+        folded(Some(GroupBy::Unit)),
+        ["?;make", "build.service;make;cc", "link_er.service;make;ld"]
+    );
+}

@@ -335,7 +335,7 @@ impl Recording {
         which: &[usize],
         sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let all = self.tables(keep_args);
+        let all = self.tables(keep_args, true);
         let tables: Vec<_> = which.iter().map(|&i| all[i].clone()).collect();
         let mut stmts = Vec::with_capacity(tables.len());
         for (sql, _) in &tables {
@@ -411,7 +411,7 @@ impl Recording {
     }
 
     fn for_each_record(&self, sink: &mut dyn FnMut(Record)) -> rusqlite::Result<()> {
-        for (sql, convert) in self.tables(true) {
+        for (sql, convert) in self.tables(true, false) {
             let mut s = self.conn.prepare(&sql)?;
             let mut rows = s.query([])?;
             while let Some(r) = rows.next()? {
@@ -422,11 +422,13 @@ impl Recording {
     }
 
     /// Each event table's query and the record it makes of a row: spawns, execs,
-    /// dynamic-linker windows, exits. `keep_args`: read exec arguments.
-    fn tables(&self, keep_args: bool) -> Vec<(String, RowToRecord)> {
+    /// dynamic-linker windows, exits. `keep_args`: read exec arguments. `lean`: leave out
+    /// the columns the model does not use (they read as 0), for the streaming report;
+    /// `records` reads every column (a recording written again from them is the same).
+    fn tables(&self, keep_args: bool, lean: bool) -> Vec<(String, RowToRecord)> {
         // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns,
-        // schema 4 no cgroup ids: those read as not measured (0). Columns the model does
-        // not use (thread ids, the ld.so window's syscall count) are not read: 0.
+        // schema 4 no cgroup ids: those read as not measured (0).
+        let unused = |column: &'static str| if lean { "0" } else { column };
         let since = |version: u32, column: &'static str| {
             if self.schema_version() >= version {
                 column
@@ -440,18 +442,21 @@ impl Recording {
         vec![
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, 0, 0, syscall,
+                    "SELECT pid, start_ns, ts_ns, parent_pid, parent_start_ns, {}, {}, syscall,
                             clone_flags, errno, syscall_start_ns, fork_ns, pagetable_copy_ns,
                             vfork_wait_ns, parent_comm, {} FROM spawns",
+                    unused("parent_tid"),
+                    unused("child_tid"),
                     v5("cgroup_id")
                 ),
                 spawn_row as RowToRecord,
             ),
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, 0, path, {}, argc, errno, exec_ns,
+                    "SELECT pid, start_ns, ts_ns, {}, path, {}, argc, errno, exec_ns,
                             exec_prepare_ns, exec_load_ns, atime_count, atime_ns, cow_faults,
                             {}, {}, {} FROM execs",
+                    unused("tid"),
                     if keep_args { "args" } else { "NULL" },
                     v2("child_run_ns"),
                     v3("cow_fault_ns"),
@@ -461,8 +466,9 @@ impl Recording {
             ),
             (
                 format!(
-                    "SELECT pid, start_ns, ts_ns, outcome, openat_count, 0, ld_start_ns,
+                    "SELECT pid, start_ns, ts_ns, outcome, openat_count, {}, ld_start_ns,
                             ld_map_ns, ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
+                    unused("syscalls"),
                     v2("static_start_ns")
                 ),
                 ld_row,

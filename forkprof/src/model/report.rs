@@ -426,9 +426,12 @@ pub fn ancestries(trace: &Trace, order: &[usize], binaries: &[Binaries]) -> Vec<
 pub struct SpawnPeak {
     window_ns: u64,
     step_ns: u64,
-    /// Spawns per step, from step `first` on.
-    counts: std::collections::VecDeque<u32>,
-    first: u64,
+    /// Spawns per step, for the steps that have any: a recording's spawn times can be far
+    /// apart (or, read from a damaged file, anywhere), so only the steps seen take room.
+    counts: std::collections::BTreeMap<u64, u32>,
+    /// The step counted last and its spawns not yet in `counts` (spawns mostly come in
+    /// order: this spares a map lookup per spawn).
+    pending: Option<(u64, u32)>,
     spawns: u64,
 }
 
@@ -446,38 +449,45 @@ impl SpawnPeak {
         Self {
             window_ns,
             step_ns: window_ns / PEAK_STEPS,
-            counts: std::collections::VecDeque::new(),
-            first: 0,
+            counts: std::collections::BTreeMap::new(),
+            pending: None,
             spawns: 0,
         }
     }
 
     pub fn add(&mut self, t_ns: u64) {
         let step = t_ns / self.step_ns;
-        if self.counts.is_empty() {
-            self.first = step;
+        match &mut self.pending {
+            Some((s, n)) if *s == step => *n = n.saturating_add(1),
+            pending => {
+                if let Some((s, n)) = pending.replace((step, 1)) {
+                    let c = self.counts.entry(s).or_default();
+                    *c = c.saturating_add(n);
+                }
+            }
         }
-        while step < self.first {
-            self.counts.push_front(0);
-            self.first -= 1;
-        }
-        let i = (step - self.first) as usize;
-        if i >= self.counts.len() {
-            self.counts.resize(i + 1, 0);
-        }
-        self.counts[i] = self.counts[i].saturating_add(1);
         self.spawns += 1;
     }
 
     /// Spawns per second in the busiest window; `wall_ns` gives the mean it is never below.
     pub fn per_second(&self, wall_ns: u64) -> f64 {
-        let steps = PEAK_STEPS as usize;
-        let mut best = 0u64;
+        let mut counts = self.counts.clone();
+        if let Some((s, n)) = self.pending {
+            let c = counts.entry(s).or_default();
+            *c = c.saturating_add(n);
+        }
+        // The busiest window ends at a step that has spawns: slide over those.
+        let mut window: std::collections::VecDeque<(u64, u32)> = Default::default();
         let mut sum = 0u64;
-        for (i, &c) in self.counts.iter().enumerate() {
+        let mut best = 0u64;
+        for (&step, &c) in &counts {
+            window.push_back((step, c));
             sum += u64::from(c);
-            if i >= steps {
-                sum -= u64::from(self.counts[i - steps]);
+            while let Some(&(first, n)) = window.front()
+                && first.saturating_add(PEAK_STEPS) <= step
+            {
+                sum -= u64::from(n);
+                window.pop_front();
             }
             best = best.max(sum);
         }
@@ -832,8 +842,10 @@ mod tests {
         assert_eq!(peak(&[], 0), 0.0);
         assert_eq!(peak(&[s + 3, 0, 1, 2], 0), 3.0);
         assert_eq!(peak(&[0, s, 2 * s], 0), 1.0);
-        // Out of order, and far apart: steps before the first are added in front.
+        // Out of order, and far apart; times anywhere in u64 take no more room than the
+        // steps that have spawns (a damaged file once asked for a terabyte).
         assert_eq!(peak(&[100 * s, 3, 100 * s + 1, 1, 2], 0), 3.0);
+        assert_eq!(peak(&[u64::MAX, 0, u64::MAX - 1, 1 << 63], 0), 2.0);
         // Never below the mean: 41 spawns in a 65 ms run are 630.8/s at their peak too (the
         // peak read 41/s before), and 3 spawns spread over 1.2 s are 2.5/s.
         let short: Vec<u64> = (0..41).map(|i| i * 1_500_000).collect();

@@ -31,10 +31,14 @@ impl RowSpool {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos())
         ));
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // 0600: the rows hold command lines, which can hold secrets, for the moment
+        // before the file is unlinked.
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
         let _ = std::fs::remove_file(&path);

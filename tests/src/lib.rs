@@ -261,3 +261,75 @@ pub fn wait_until_recording(child: &mut std::process::Child) {
         Err(_) => panic!("forkprof record did not start tracing within 30 s"),
     }
 }
+
+/// The cgroup2 mount (`/sys/fs/cgroup/unified` on a hybrid host like the test VM,
+/// `/sys/fs/cgroup` on a pure v2 one).
+pub fn cgroup2() -> PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find(|l| {
+            l.split(" - ")
+                .nth(1)
+                .is_some_and(|r| r.starts_with("cgroup2 "))
+        })
+        .and_then(|l| l.split_whitespace().nth(4))
+        .map(PathBuf::from)
+        .expect("this machine has a cgroup2 mount")
+}
+
+/// Real cgroup v2 groups made by one test, under `forkprof-TEST-PID`, removed (once empty)
+/// when dropped.
+pub struct Groups {
+    top: PathBuf,
+    made: Vec<PathBuf>,
+}
+
+impl Groups {
+    pub fn new(test: &str) -> Self {
+        let top = cgroup2().join(format!("forkprof-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&top).unwrap();
+        Self {
+            top: top.clone(),
+            made: vec![top],
+        }
+    }
+
+    /// Makes `name` (`a` or `a/b`) below the test's group.
+    pub fn make(&mut self, name: &str) -> PathBuf {
+        let mut dir = self.top.clone();
+        for part in name.split('/') {
+            dir.push(part);
+            if !self.made.contains(&dir) {
+                std::fs::create_dir_all(&dir).unwrap();
+                self.made.push(dir.clone());
+            }
+        }
+        dir
+    }
+
+    /// `name`'s path (below the test's group) as forkprof shows it.
+    pub fn shown(&self, name: &str) -> String {
+        shown_cgroup(&self.top.join(name))
+    }
+}
+
+impl Drop for Groups {
+    fn drop(&mut self) {
+        for dir in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// A cgroup directory's path as forkprof shows it (below the cgroup2 mount).
+pub fn shown_cgroup(dir: &std::path::Path) -> String {
+    format!("/{}", dir.strip_prefix(cgroup2()).unwrap().display())
+}
+
+/// `sh -c` moving itself into `group`, then exec'ing `cmd`.
+pub fn in_group(group: &std::path::Path, cmd: &str) -> String {
+    format!(
+        "sh -c 'echo $$ > {}/cgroup.procs && exec {cmd}'",
+        group.display()
+    )
+}

@@ -4,74 +4,13 @@
 //! since. `record --cgroup` records one group's processes only (filtered in the kernel),
 //! refuses a path that is no cgroup, and stops cleanly when its group is removed.
 use std::io::BufRead as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use forkprof_tests::{forkprof, needs_root, succeeded, tempdir, workload};
+use forkprof_tests::{Groups, forkprof, in_group, needs_root, succeeded, tempdir, workload};
 use serde_json::Value;
-
-/// The cgroup2 mount (`/sys/fs/cgroup/unified` on this hybrid VM, `/sys/fs/cgroup` on a
-/// pure v2 machine).
-fn cgroup2() -> PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find(|l| {
-            l.split(" - ")
-                .nth(1)
-                .is_some_and(|r| r.starts_with("cgroup2 "))
-        })
-        .and_then(|l| l.split_whitespace().nth(4))
-        .map(PathBuf::from)
-        .expect("this machine has a cgroup2 mount")
-}
-
-/// Groups made by the test, removed (once empty) when dropped.
-struct Groups {
-    top: PathBuf,
-    made: Vec<PathBuf>,
-}
-
-impl Groups {
-    fn new() -> Self {
-        let top = cgroup2().join(format!("forkprof-test-{}", std::process::id()));
-        std::fs::create_dir_all(&top).unwrap();
-        Self {
-            top: top.clone(),
-            made: vec![top],
-        }
-    }
-
-    fn make(&mut self, name: &str) -> PathBuf {
-        let dir = self.top.join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        self.made.push(dir.clone());
-        dir
-    }
-
-    /// `name`'s path as forkprof shows it (below the cgroup2 mount).
-    fn shown(&self, name: &str) -> String {
-        let rel = self.top.strip_prefix(cgroup2()).unwrap();
-        format!("/{}/{name}", rel.display())
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        for dir in self.made.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-/// `sh -c` moving itself into `group`, then exec'ing `cmd`.
-fn in_group(group: &Path, cmd: &str) -> String {
-    format!(
-        "sh -c 'echo $$ > {}/cgroup.procs && exec {cmd}'",
-        group.display()
-    )
-}
 
 fn report(db: &Path, by: &str) -> Vec<(String, u64)> {
     let out = Command::new(forkprof())
@@ -101,7 +40,7 @@ fn count(rows: &[(String, u64)], group: &str) -> Option<u64> {
 #[test]
 fn each_cgroup_counts_its_own_spawns_and_a_move_counts_where_it_execd() {
     needs_root!();
-    let mut groups = Groups::new();
+    let mut groups = Groups::new("counts");
     let a = groups.make("a.service");
     let b = groups.make("b.service");
     let moved = groups.make("moved");
@@ -208,7 +147,7 @@ fn sh(script: &str) {
 #[test]
 fn record_cgroup_records_only_the_processes_of_its_group() {
     needs_root!();
-    let mut groups = Groups::new();
+    let mut groups = Groups::new("scope");
     let a = groups.make("a.service");
     let b = groups.make("b.service");
     let w = workload();
@@ -236,7 +175,7 @@ fn record_cgroup_records_only_the_processes_of_its_group() {
 #[test]
 fn record_cgroup_stops_cleanly_when_its_group_is_removed() {
     needs_root!();
-    let mut groups = Groups::new();
+    let mut groups = Groups::new("removed");
     let c = groups.make("c.service");
     let w = workload();
     let w = w.to_str().unwrap();
@@ -296,7 +235,7 @@ fn a_cgroup_that_does_not_exist_is_refused_before_anything_is_loaded() {
 #[test]
 fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further() {
     needs_root!();
-    let mut groups = Groups::new();
+    let mut groups = Groups::new("leaves");
     let a = groups.make("a.service");
     let elsewhere = groups.make("elsewhere");
     let w = workload();

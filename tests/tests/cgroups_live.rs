@@ -13,68 +13,11 @@
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, needs_root, tempdir, workload};
-
-/// The cgroup2 mount (`/sys/fs/cgroup/unified` on a hybrid host, `/sys/fs/cgroup` on a
-/// pure v2 one).
-fn cgroup2() -> PathBuf {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines()
-        .find(|l| {
-            l.split(" - ")
-                .nth(1)
-                .is_some_and(|r| r.starts_with("cgroup2 "))
-        })
-        .and_then(|l| l.split_whitespace().nth(4))
-        .map(PathBuf::from)
-        .expect("this machine has a cgroup2 mount")
-}
-
-/// Groups made by one test, removed (once empty) when dropped.
-struct Groups {
-    top: PathBuf,
-    made: Vec<PathBuf>,
-}
-
-impl Groups {
-    fn new(test: &str) -> Self {
-        let top = cgroup2().join(format!("forkprof-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&top).unwrap();
-        Self {
-            top: top.clone(),
-            made: vec![top],
-        }
-    }
-
-    fn make(&mut self, name: &str) -> PathBuf {
-        let mut dir = self.top.clone();
-        for part in name.split('/') {
-            dir.push(part);
-            if !self.made.contains(&dir) {
-                std::fs::create_dir_all(&dir).unwrap();
-                self.made.push(dir.clone());
-            }
-        }
-        dir
-    }
-
-    /// `dir`'s path as forkprof shows it (below the cgroup2 mount).
-    fn shown(dir: &Path) -> String {
-        format!("/{}", dir.strip_prefix(cgroup2()).unwrap().display())
-    }
-}
-
-impl Drop for Groups {
-    fn drop(&mut self) {
-        for dir in self.made.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
+use forkprof_tests::{Groups, forkprof, needs_root, shown_cgroup, tempdir, workload};
 
 /// The three workloads: `fp-workload spawn fork N /bin/true`, 40 in `a`, 60 in `b` (each by
 /// an `sh` that moves itself there and execs it), 20 outside; returns when all are done.
@@ -214,7 +157,7 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
     let series = |dir: &Path, unit: &str| {
         format!(
             "forkprof_cgroup_spawns_total{{cgroup=\"{}\",unit=\"{unit}\"}}",
-            Groups::shown(dir)
+            shown_cgroup(dir)
         )
     };
     let (qa, qb) = (series(&a, "a.service"), series(&b, "b.service"));
@@ -303,7 +246,7 @@ fn top_plain_by_cgroup_counts_each_group_and_marks_a_removed_one() {
         .unwrap();
     assert!(st.success());
     std::fs::remove_dir(&c).unwrap();
-    let (sa, sb, sc) = (Groups::shown(&a), Groups::shown(&b), Groups::shown(&c));
+    let (sa, sb, sc) = (shown_cgroup(&a), shown_cgroup(&b), shown_cgroup(&c));
     let c_gone = format!("{sc} (gone)");
     let c_unnamed = format!("cgroup {c_id}");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -424,7 +367,7 @@ fn top_tui_shows_cgroups_and_units_and_cuts_long_paths_from_the_left() {
     });
     // The header is drawn once tracing has started.
     run_workloads(&a, &b);
-    let (sa, sb) = (Groups::shown(&a), Groups::shown(&b));
+    let (sa, sb) = (shown_cgroup(&a), shown_cgroup(&b));
     let b_tail = "/tui-b.service";
     assert!(sb.len() > 40, "{sb}");
     // TOTAL counts since top started: a row shows 41 (61) once all of them are finished.

@@ -42,10 +42,6 @@ pub struct Assembler {
     waiting: FxHashSet<ProcKey>,
     /// The newest timestamp read.
     now: u64,
-    /// Processes handed on.
-    pub handed_on: u64,
-    /// The most processes held at once.
-    pub peak_held: usize,
 }
 
 impl Assembler {
@@ -60,8 +56,6 @@ impl Assembler {
             exited: VecDeque::new(),
             waiting: FxHashSet::default(),
             now: 0,
-            handed_on: 0,
-            peak_held: 0,
         }
     }
 
@@ -83,7 +77,6 @@ impl Assembler {
             self.exited.push_back((ts, key));
         }
         self.now = self.now.max(ts);
-        self.peak_held = self.peak_held.max(self.trace.processes.len());
         while let Some(&(t, key)) = self.exited.front() {
             if t.saturating_add(GRACE_NS) > self.now {
                 break;
@@ -162,7 +155,6 @@ impl Assembler {
             last: self.trace.last_binary(&p, &origin, &mut self.names),
         };
         sink(&self.trace, &p, &binaries, &origin)?;
-        self.handed_on += 1;
         // Only a process spawn record sets `spawn` (and `parent`).
         Ok(p.spawn.and(p.parent))
     }

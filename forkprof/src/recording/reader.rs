@@ -262,7 +262,7 @@ impl Recording {
         assembler.finish(sink)
     }
 
-    /// `stream` on a thread of its own (with its own connection to the file), so that
+    /// The tables' records, merged by timestamp, read on a thread of its own (with its own connection to the file), so that
     /// reading rows, which is most of the work, and using the records take a CPU each:
     /// `sink` runs on this thread.
     pub fn stream_on_a_thread(
@@ -317,18 +317,9 @@ impl Recording {
         })
     }
 
-    /// Every stored record, the tables merged by timestamp (each table is read in the order
-    /// it was written, which is close to time order: see `model::assemble`). `keep_args`:
-    /// read exec arguments.
-    pub fn stream(
-        &self,
-        keep_args: bool,
-        sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
-    ) -> anyhow::Result<()> {
-        self.stream_tables(keep_args, &[0, 1, 2, 3], sink)
-    }
-
-    /// `stream` of some of the tables (indices into `tables`).
+    /// The records of some of the tables (indices into `tables`), merged by timestamp.
+    /// Each table is read in the order it was written, which is close to time order (see
+    /// `model::assemble`). `keep_args`: read exec arguments.
     fn stream_tables(
         &self,
         keep_args: bool,

@@ -236,6 +236,8 @@ pub struct ExitRecord {
     /// A fork child that never exec'd: its first return from the fork -> its exit
     /// (`child_run`); else 0.
     pub child_run_ns: u64,
+    /// Its cgroup v2 id when its teardown began (0: not known).
+    pub cgroup_id: u64,
     pub comm: [u8; COMM_LEN],
 }
 
@@ -334,4 +336,5 @@ const _: () = assert!(
         == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
+const _: () =
+    assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);

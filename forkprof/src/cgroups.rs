@@ -215,6 +215,11 @@ impl CgroupScope {
         self.dir.as_raw_fd()
     }
 
+    /// Its directory in the cgroup2 mount.
+    pub fn dir(&self) -> &Path {
+        &self.full
+    }
+
     /// The cgroup id (its directory's inode number), as records carry it.
     pub fn id(&self) -> u64 {
         self.id
@@ -233,6 +238,12 @@ impl CgroupScope {
         }
     }
 
+    /// Watches `cgroup.events`, which the kernel marks modified when the cgroup gains its
+    /// first process or loses its last one.
+    pub fn watch_populated(&self) -> std::io::Result<PopulatedWatch> {
+        PopulatedWatch::new(&self.full.join("cgroup.events"))
+    }
+
     /// What a command says on stderr when the cgroup is gone, before `what_now`.
     pub fn gone_message(&self, what_now: &str) -> String {
         format!(
@@ -243,9 +254,128 @@ impl CgroupScope {
     }
 }
 
+/// The processes in cgroup directory `dir` and the cgroups below it now (unreadable parts
+/// are left out).
+pub fn processes_below(dir: &Path) -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            pids.extend(processes_below(&entry.path()));
+        }
+    }
+    pids
+}
+
+/// Whether `cgroup.events` text says `populated 1`.
+fn populated(events: &str) -> bool {
+    events
+        .lines()
+        .any(|l| l.split_whitespace().eq(["populated", "1"]))
+}
+
+/// An inotify watch on a cgroup's `cgroup.events`, readable in the runtime.
+pub struct PopulatedWatch {
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    events: PathBuf,
+}
+
+impl PopulatedWatch {
+    fn new(events: &Path) -> std::io::Result<Self> {
+        use std::os::fd::{FromRawFd as _, OwnedFd};
+        use std::os::unix::ffi::OsStrExt as _;
+        // SAFETY: no pointer arguments.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let path = std::ffi::CString::new(events.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a valid fd and a NUL-terminated path.
+        if unsafe { libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: the AsyncFd owns the OwnedFd, which stays open, the same fd, until dropped.
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }?;
+        Ok(Self {
+            fd,
+            events: events.to_path_buf(),
+        })
+    }
+
+    /// Whether the cgroup has a process now.
+    pub fn is_populated(&self) -> bool {
+        std::fs::read_to_string(&self.events).is_ok_and(|e| populated(&e))
+    }
+
+    /// Completes once the cgroup has a process (at once if it has one now). The watch was
+    /// set before the first read, so no change is missed between the two.
+    pub async fn populated(&mut self) -> std::io::Result<()> {
+        loop {
+            if self.is_populated() {
+                return Ok(());
+            }
+            self.changed().await?;
+        }
+    }
+
+    /// Completes at the next change of `cgroup.events`.
+    async fn changed(&mut self) -> std::io::Result<()> {
+        loop {
+            let mut ready = self.fd.readable().await?;
+            let mut buf = [0u8; 1024];
+            // SAFETY: reads into a buffer of the length given.
+            let n = unsafe {
+                libc::read(
+                    ready.get_inner().as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            if n > 0 {
+                return Ok(());
+            }
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(err);
+            }
+            ready.clear_ready();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_the_processes_of_a_cgroup_and_those_below_it() {
+        let dir = std::env::temp_dir().join(format!("forkprof-procs-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("a.service/sub")).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), "10\n11\n").unwrap();
+        std::fs::write(dir.join("a.service/cgroup.procs"), "").unwrap();
+        std::fs::write(dir.join("a.service/sub/cgroup.procs"), "12\n").unwrap();
+        let mut pids = processes_below(&dir);
+        pids.sort_unstable();
+        assert_eq!(pids, [10, 11, 12]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(processes_below(&dir).is_empty());
+    }
+
+    #[test]
+    fn reads_populated_from_cgroup_events() {
+        assert!(populated("populated 1\nfrozen 0\n"));
+        assert!(!populated("populated 0\nfrozen 0\n"));
+        assert!(!populated("frozen 1\n"));
+        assert!(!populated(""));
+    }
 
     #[test]
     fn finds_the_cgroup2_mount() {

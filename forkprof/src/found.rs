@@ -4,7 +4,7 @@
 //! process missing from it was created later, and its spawn record was seen. Each label is
 //! handed to the trace (and the recording) when its process first appears in a record, so
 //! a system-wide trace stores only the processes it saw.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use forkprof_common::ProcKey;
 
@@ -14,6 +14,10 @@ use crate::model::trace::{Found, comm_label};
 #[derive(Debug, Default)]
 pub struct Snapshot {
     found: HashMap<u32, Found>,
+    /// Also read /proc at first sight for a process first seen mid-life that was not in
+    /// /proc at the start (`--cgroup`: it entered the scope later, perhaps before the
+    /// scope's hooks were attached): the pids read so far.
+    late: Option<HashSet<u32>>,
 }
 
 impl Snapshot {
@@ -53,10 +57,17 @@ impl Snapshot {
         self.found.extend(found.into_iter().map(|f| (f.pid, f)));
     }
 
+    /// Also labels, from /proc at first sight, a process first seen mid-life that was not
+    /// running at the start: one that entered a `--cgroup` scope from outside.
+    pub fn and_late_arrivals(mut self) -> Self {
+        self.late = Some(HashSet::new());
+        self
+    }
+
     /// The labels of the processes that `record` shows for the first time: each is handed
     /// out once, and only for a process that existed before tracing (`start_ns` 0).
     pub fn first_sight(&mut self, record: &Record) -> [Option<Found>; 2] {
-        if self.found.is_empty() {
+        if self.found.is_empty() && self.late.is_none() {
             return [None, None];
         }
         let (own, parent) = match record {
@@ -66,11 +77,24 @@ impl Snapshot {
             Record::Exit(r) => (r.hdr.proc, None),
         };
         let mut take = |key: ProcKey| {
-            if key.start_ns == 0 {
-                self.found.remove(&key.pid)
-            } else {
-                None
+            if key.start_ns != 0 {
+                return None;
             }
+            if let Some(found) = self.found.remove(&key.pid) {
+                self.late.as_mut().map(|late| late.insert(key.pid));
+                return Some(found);
+            }
+            // Once per pid: gone already, it keeps the [comm] of its exit record.
+            let late = self.late.as_mut()?;
+            if !late.insert(key.pid) {
+                return None;
+            }
+            let (binary, ppid) = read(key.pid)?;
+            Some(Found {
+                pid: key.pid,
+                binary,
+                parent_binary: (ppid != 0).then(|| read(ppid).map(|(b, _)| b)).flatten(),
+            })
         };
         [take(own), parent.and_then(take)]
     }
@@ -142,5 +166,26 @@ mod tests {
         );
         let [own, _] = s.first_sight(&exec(key(11, 0), 400_000, b"/bin/c", 0, 0));
         assert_eq!(own.map(|f| f.pid), Some(11));
+    }
+
+    #[test]
+    fn a_late_arrival_is_read_from_proc_once_and_only_in_a_scope() {
+        let me = std::process::id();
+        let record = exec(key(me, 0), 200_000, b"/bin/a", 0, 0);
+        // Without a scope, a process that was not running at the start has no label here.
+        assert_eq!(Snapshot::default().first_sight(&record), [None, None]);
+        let mut s = Snapshot::default().and_late_arrivals();
+        let [own, _] = s.first_sight(&record);
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(
+            own.map(|f| f.binary),
+            Some(exe.as_os_str().as_encoded_bytes().to_vec())
+        );
+        assert_eq!(s.first_sight(&record), [None, None], "handed out once");
+        // One created under tracing has its spawn record: never read from /proc.
+        assert_eq!(
+            s.first_sight(&exec(key(me + 1, 5), 300_000, b"/bin/b", 0, 0)),
+            [None, None]
+        );
     }
 }

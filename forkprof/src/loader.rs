@@ -91,6 +91,10 @@ pub struct Job {
     /// Its hook family, as `FORKPROF_BENCH_ONLY` names it (see `FAMILIES`).
     pub family: &'static str,
     pub required: bool,
+    /// Its raw tracepoints fire on every syscall, mmap-lock event or user page fault of every
+    /// task. With a `--cgroup` scope they are attached only once the scope has a process
+    /// (`LoadOptions::defer_hot`, `arm`): until then, hosts outside it pay nothing for them.
+    pub hot: bool,
     pub feeds: &'static [Phase],
     /// Best first.
     pub sources: &'static [Source],
@@ -111,6 +115,7 @@ pub const JOBS: &[Job] = &[
         name: "syscalls",
         family: "syscalls",
         required: true,
+        hot: true,
         feeds: &[
             Phase::Fork,
             Phase::VforkWait,
@@ -137,6 +142,7 @@ pub const JOBS: &[Job] = &[
         name: "newtask",
         family: "sched",
         required: true,
+        hot: false,
         feeds: &[Phase::Fork, Phase::VforkWait],
         sources: &[one(&[hook(
             "forkprof_task_newtask",
@@ -147,6 +153,7 @@ pub const JOBS: &[Job] = &[
         name: "exit",
         family: "exit",
         required: true,
+        hot: false,
         feeds: &[Phase::ExitTeardown],
         sources: &[
             one(&[hook(
@@ -169,6 +176,7 @@ pub const JOBS: &[Job] = &[
         name: "exit_notify",
         family: "exit",
         required: false,
+        hot: false,
         feeds: &[Phase::ExitTeardown],
         sources: &[one(&[hook(
             "forkprof_signal_generate",
@@ -179,6 +187,7 @@ pub const JOBS: &[Job] = &[
         name: "free",
         family: "exit",
         required: true,
+        hot: false,
         feeds: &[],
         sources: &[one(&[hook(
             "forkprof_sched_process_free",
@@ -189,6 +198,7 @@ pub const JOBS: &[Job] = &[
         name: "exec_point_of_no_return",
         family: "sched",
         required: false,
+        hot: false,
         feeds: &[Phase::ExecPrepare, Phase::ExecLoad],
         sources: &[
             one(&[hook(
@@ -209,6 +219,7 @@ pub const JOBS: &[Job] = &[
         name: "exec_done",
         family: "sched",
         required: false,
+        hot: false,
         feeds: &[Phase::ExecLoad],
         sources: &[one(&[hook(
             "forkprof_sched_process_exec",
@@ -219,6 +230,7 @@ pub const JOBS: &[Job] = &[
         name: "dup_mmap",
         family: "mmap",
         required: false,
+        hot: true,
         feeds: &[Phase::PagetableCopy],
         sources: &[
             one(&[
@@ -255,6 +267,7 @@ pub const JOBS: &[Job] = &[
         name: "page_faults",
         family: "faults",
         required: false,
+        hot: true,
         feeds: &[Phase::CowFaults],
         sources: &[one(&[hook(
             "forkprof_page_fault_user",
@@ -265,6 +278,7 @@ pub const JOBS: &[Job] = &[
         name: "wp_faults",
         family: "faults",
         required: false,
+        hot: false,
         feeds: &[Phase::CowFaultTime],
         sources: &[
             one(&[
@@ -284,6 +298,7 @@ pub const JOBS: &[Job] = &[
         name: "dirty_inode",
         family: "atime",
         required: false,
+        hot: false,
         feeds: &[Phase::Atime],
         sources: &[one(&[
             hook(
@@ -322,7 +337,8 @@ pub struct HookStatus {
     pub target: &'static str,
     pub job: &'static str,
     pub required: bool,
-    /// "attached", "failed", or "unused" (a better source of its job attached).
+    /// "attached", "failed", "unused" (a better source of its job attached), or "deferred"
+    /// (loaded; attached once the `--cgroup` scope has a process, see `arm`).
     pub status: &'static str,
     /// Whether this hook's source is the one its job uses (doctor attaches every source).
     pub used: bool,
@@ -343,6 +359,9 @@ pub struct Loaded {
     pub kernel: KernelInfo,
     pub jobs: Vec<JobStatus>,
     pub hooks: Vec<HookStatus>,
+    /// Hot raw tracepoints loaded but not attached (`LoadOptions::defer_hot`), in the order
+    /// `arm` attaches them.
+    pub deferred: Vec<&'static Hook>,
 }
 
 impl Loaded {
@@ -436,6 +455,9 @@ pub struct LoadOptions {
     /// `--cgroup`: with `trace_all`, follow only the processes of this cgroup v2 subtree (an
     /// open fd of its directory; the rule is in the eBPF crate's `maps::in_scope`).
     pub cgroup_scope: Option<std::os::fd::RawFd>,
+    /// Load the hot raw tracepoints (`Job::hot`) without attaching them; `arm` attaches them
+    /// later. For a `--cgroup` scope that may be empty.
+    pub defer_hot: bool,
 }
 
 /// The hook families `FORKPROF_BENCH_ONLY` can name.
@@ -555,6 +577,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let vmlinux = Btf::from_sys_fs().ok();
     let mut jobs = Vec::new();
     let mut hooks = Vec::new();
+    let mut deferred: Vec<&'static Hook> = Vec::new();
     for job in JOBS {
         let mut status = JobStatus {
             job,
@@ -580,8 +603,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 continue;
             }
             let mut ok = true;
+            let mut source_deferred = Vec::new();
             for h in source.hooks {
-                let result = attach(&mut ebpf, &kernel, vmlinux.as_ref(), h);
+                let defer = opts.defer_hot && job.hot && matches!(h.target, Target::RawTp(..));
+                let result = if defer {
+                    load_raw_tp(&mut ebpf, &kernel, h).map(|_| ())
+                } else {
+                    attach(&mut ebpf, &kernel, vmlinux.as_ref(), h)
+                };
                 let failure = result
                     .err()
                     .map(|e| capabilities::explain_failure(h.target.kind(), &format!("{e:#}")));
@@ -599,15 +628,19 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                     ok = false;
                 }
                 let error = failure.map(|(full, _)| full);
-                let state = if error.is_some() {
-                    "failed"
-                } else {
-                    "attached"
+                let state = match (&error, defer) {
+                    (Some(_), _) => "failed",
+                    (None, true) => {
+                        source_deferred.push(h);
+                        "deferred"
+                    }
+                    (None, false) => "attached",
                 };
                 hooks.push(hook_status(job, h, state, error));
             }
             if ok && status.used.is_none() {
                 status.used = Some(i);
+                deferred.extend(source_deferred);
             } else if !ok && !opts.try_all {
                 // Leave nothing of a partly attached source behind.
                 for h in source.hooks {
@@ -628,12 +661,40 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         }
         jobs.push(status);
     }
+    // Every window a handler keeps is opened at a syscall's entry, directly (a fork, an exec)
+    // or through state made there (a child, its copy-on-write window, the dynamic linker's
+    // window). Attaching sys_enter last means no window starts with its first events unseen.
+    deferred.sort_by_key(|h| h.program == "forkprof_sys_enter");
     Ok(Loaded {
         ebpf,
         kernel,
         jobs,
         hooks,
+        deferred,
     })
+}
+
+/// Attaches the hooks that `load` deferred, in order, and empties the list. On an error the
+/// ones attached stay attached.
+pub fn arm(loaded: &mut Loaded) -> Result<()> {
+    for h in std::mem::take(&mut loaded.deferred) {
+        let Target::RawTp(name, _) = h.target else {
+            continue;
+        };
+        let program = loaded
+            .ebpf
+            .program_mut(h.program)
+            .ok_or_else(|| anyhow!("program {} missing from the object", h.program))?;
+        let p: &mut RawTracePoint = program.try_into()?;
+        p.attach(name)
+            .with_context(|| format!("attaching {}", h.target.label()))?;
+    }
+    for status in &mut loaded.hooks {
+        if status.status == "deferred" {
+            status.status = "attached";
+        }
+    }
+    Ok(())
 }
 
 fn hook_status(
@@ -667,25 +728,43 @@ fn unload(ebpf: &mut Ebpf, h: &Hook) {
     }
 }
 
+/// Loads a raw tracepoint program, once this kernel's prototype of the tracepoint is known to
+/// start with the arguments the program reads.
+fn load_raw_tp<'a>(
+    ebpf: &'a mut Ebpf,
+    kernel: &KernelInfo,
+    h: &Hook,
+) -> Result<&'a mut RawTracePoint> {
+    let Target::RawTp(name, reads) = h.target else {
+        bail!("{} is not a raw tracepoint", h.target.label());
+    };
+    let params = kernel
+        .params(name)
+        .with_context(|| format!("no tracepoint {name} in this kernel's BTF"))?;
+    if !params.starts_with(reads) {
+        bail!(
+            "this kernel's prototype is {}; the program reads {}",
+            btf::show_params(params),
+            btf::show_params(reads)
+        );
+    }
+    let program = ebpf
+        .program_mut(h.program)
+        .ok_or_else(|| anyhow!("program {} missing from the object", h.program))?;
+    let p: &mut RawTracePoint = program.try_into()?;
+    p.load().context("verifier rejected the program")?;
+    Ok(p)
+}
+
 fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook) -> Result<()> {
+    if let Target::RawTp(name, _) = h.target {
+        load_raw_tp(ebpf, kernel, h)?.attach(name)?;
+        return Ok(());
+    }
     let missing = || anyhow!("program {} missing from the object", h.program);
     let program = ebpf.program_mut(h.program).ok_or_else(missing)?;
     match h.target {
-        Target::RawTp(name, reads) => {
-            let params = kernel
-                .params(name)
-                .with_context(|| format!("no tracepoint {name} in this kernel's BTF"))?;
-            if !params.starts_with(reads) {
-                bail!(
-                    "this kernel's prototype is {}; the program reads {}",
-                    btf::show_params(params),
-                    btf::show_params(reads)
-                );
-            }
-            let p: &mut RawTracePoint = program.try_into()?;
-            p.load().context("verifier rejected the program")?;
-            p.attach(name)?;
-        }
+        Target::RawTp(..) => unreachable!("handled above"),
         Target::FEntry(func) => {
             let btf = vmlinux.context("no kernel BTF")?;
             let p: &mut FEntry = program.try_into()?;

@@ -8,7 +8,7 @@ use aya::maps::MapData;
 use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::cgroups::{CgroupNames, CgroupScope};
+use crate::cgroups::{CgroupNames, CgroupScope, PopulatedWatch};
 use crate::collector::Collector;
 use crate::decode::Record;
 use crate::elf::InterpCache;
@@ -164,6 +164,37 @@ struct Tracer {
     loaded: Loaded,
     collector: Collector,
     ld_probes: Option<LdProbes>,
+    /// With a `--cgroup` scope: the hot hooks wait, loaded, until the scope has a process.
+    arming: Option<Arming>,
+}
+
+/// A `--cgroup` scope's hot hooks (see `loader::Job::hot`), left off until the scope has a
+/// process: a fork+exec loop outside an empty scope then pays for no hook that fires on
+/// every syscall, page fault or mmap-lock event. They stay on once attached.
+struct Arming {
+    watch: PopulatedWatch,
+    /// The scope as reports show it, for what is said on stderr.
+    path: String,
+    /// Say on stderr when they are attached (not under the TUI).
+    announce: bool,
+    /// The scope's directory, to list its processes once armed.
+    dir: PathBuf,
+}
+
+/// What the tracer hands its session.
+enum Traced {
+    Record(Record),
+    /// The processes in the `--cgroup` scope when its hooks were attached. What they did
+    /// before was not seen, so /proc names them, read as soon as they are known.
+    InScope(Vec<u32>),
+}
+
+/// Completes once `arming`'s scope has a process; never when there is nothing to arm.
+async fn scope_populated(arming: &mut Option<Arming>) -> std::io::Result<()> {
+    match arming {
+        Some(a) => a.watch.populated().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl Tracer {
@@ -171,34 +202,75 @@ impl Tracer {
     fn start(
         trace_all: bool,
         precise_ld: bool,
-        cgroup_scope: Option<std::os::fd::RawFd>,
+        scope: Option<&CgroupScope>,
+        announce: bool,
     ) -> Result<Self> {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
             precise_ld,
-            cgroup_scope,
+            cgroup_scope: scope.map(CgroupScope::fd),
+            defer_hot: scope.is_some(),
             ..Default::default()
         })?;
+        let arming = match scope {
+            Some(scope) if !loaded.deferred.is_empty() => Some(Arming {
+                watch: scope
+                    .watch_populated()
+                    .with_context(|| format!("watching cgroup {}", scope.path))?,
+                path: scope.path.clone(),
+                announce,
+                dir: scope.dir().to_path_buf(),
+            }),
+            _ => None,
+        };
         let ld_probes = if precise_ld {
             Some(LdProbes::new(&mut loaded.ebpf).context("--precise-ld")?)
         } else {
             None
         };
         let collector = Collector::new(&mut loaded.ebpf)?;
-        Ok(Self {
+        let mut tracer = Self {
             loaded,
             collector,
             ld_probes,
-        })
+            arming,
+        };
+        // A scope that has a process now is armed before tracing is said to start (its
+        // processes are in the session's /proc snapshot, read after this).
+        if tracer
+            .arming
+            .as_ref()
+            .is_some_and(|a| a.watch.is_populated())
+        {
+            tracer.arm()?;
+        }
+        Ok(tracer)
+    }
+
+    /// Attaches the scope's deferred hooks, says so, and returns the scope's processes then.
+    fn arm(&mut self) -> Result<Vec<u32>> {
+        let Some(arming) = self.arming.take() else {
+            return Ok(Vec::new());
+        };
+        loader::arm(&mut self.loaded)
+            .with_context(|| format!("attaching the hooks for cgroup {}", arming.path))?;
+        if arming.announce {
+            eprintln!(
+                "forkprof: cgroup {} has a process: its syscall, mmap-lock and page-fault \
+                 hooks are attached now",
+                arming.path
+            );
+        }
+        Ok(crate::cgroups::processes_below(&arming.dir))
     }
 
     /// Collects until `stop` completes, and returns its output. Each record goes to the
-    /// `--precise-ld` probes (a new interpreter to attach to), then to `route`; `tick` runs
-    /// after each batch.
+    /// `--precise-ld` probes (a new interpreter to attach to), then to `route`, as do the
+    /// scope's processes when its hooks are attached; `tick` runs after each batch.
     async fn run_until<T>(
         &mut self,
         stop: impl Future<Output = T>,
-        mut route: impl FnMut(Record),
+        mut route: impl FnMut(Traced),
         mut tick: impl FnMut(&Collector) -> Result<()>,
     ) -> Result<T> {
         tokio::pin!(stop);
@@ -207,18 +279,24 @@ impl Tracer {
                 loaded,
                 collector,
                 ld_probes,
+                arming,
             } = &mut *self;
             let mut each = |record: Record| {
                 if let Some(probes) = ld_probes.as_mut() {
                     probes.watch(&mut loaded.ebpf, &record);
                 }
-                route(record);
+                route(Traced::Record(record));
             };
             tokio::select! {
                 out = &mut stop => return Ok(out),
                 r = collector.collect(&mut each) => r?,
+                r = scope_populated(arming) => {
+                    r.context("watching the --cgroup scope")?;
+                    let in_scope = self.arm()?;
+                    route(Traced::InScope(in_scope));
+                }
             }
-            tick(collector)?;
+            tick(&self.collector)?;
         }
     }
 
@@ -261,7 +339,8 @@ fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: R
     let cgroup = match &record {
         Record::Spawn(r) => r.cgroup_id,
         Record::Exec(r) => r.cgroup_id,
-        _ => 0,
+        Record::Exit(r) => r.cgroup_id,
+        Record::Ld(_) => 0,
     };
     if cgroup != 0
         && !trace.knows_cgroup(cgroup)
@@ -300,7 +379,7 @@ impl TraceSession {
     /// `start`; with `trace_all`, tracing only the processes of `scope` (`record --cgroup`)
     /// if given.
     pub fn start_in(opts: Options, scope: Option<&CgroupScope>) -> Result<Self> {
-        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, scope.map(CgroupScope::fd))?;
+        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, scope, true)?;
         let mut trace = Trace::default();
         // What the atime hint advises on (see `model::mounts`).
         trace.mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -327,11 +406,12 @@ impl TraceSession {
             }
             None => None,
         };
-        // Read after the programs are attached: a process missing from it is seen created.
-        let found = if opts.trace_all {
-            Snapshot::all()
-        } else {
-            Snapshot::default()
+        // Read after the programs are attached: a process missing from it is seen created,
+        // or (with a scope) came into the scope later.
+        let found = match (opts.trace_all, scope) {
+            (true, Some(_)) => Snapshot::all().and_late_arrivals(),
+            (true, None) => Snapshot::all(),
+            (false, _) => Snapshot::default(),
         };
         Ok(Self {
             tracer,
@@ -381,7 +461,10 @@ impl TraceSession {
         } = self;
         let writer = writer.as_ref();
         let mut copied = Instant::now();
-        let route = |record: Record| keep(trace, writer, names, record);
+        let route = |traced: Traced| match traced {
+            Traced::Record(record) => keep(trace, writer, names, record),
+            Traced::InScope(pids) => names.found.add(&pids),
+        };
         let tick = |collector: &Collector| {
             if let Some(w) = writer
                 && copied.elapsed() >= LOSS_EVERY
@@ -488,7 +571,8 @@ fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record
     let cgroup = match &record {
         Record::Spawn(r) => r.cgroup_id,
         Record::Exec(r) => r.cgroup_id,
-        _ => 0,
+        Record::Exit(r) => r.cgroup_id,
+        Record::Ld(_) => 0,
     };
     if cgroup != 0
         && !live.knows_cgroup(cgroup)
@@ -502,17 +586,21 @@ fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record
 impl LiveSession {
     /// Loads and attaches everything. Must be called inside the runtime.
     pub fn start() -> Result<Self> {
-        Self::start_in(None)
+        Self::start_in(None, false)
     }
 
     /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
-    pub fn start_in(scope: Option<&CgroupScope>) -> Result<Self> {
-        let tracer = Tracer::start(true, false, scope.map(CgroupScope::fd))?;
+    pub fn start_in(scope: Option<&CgroupScope>, announce: bool) -> Result<Self> {
+        let tracer = Tracer::start(true, false, scope, announce)?;
         Ok(Self {
             tracer,
             live: Live::default(),
-            // After the programs are attached: a process missing from it is seen created.
-            found: Snapshot::all(),
+            // After the programs are attached: a process missing from it is seen created, or
+            // (with a scope) came into the scope later.
+            found: match scope {
+                Some(_) => Snapshot::all().and_late_arrivals(),
+                None => Snapshot::all(),
+            },
             cgroups: CgroupNames::new(),
             loaders: InterpCache::default(),
         })
@@ -529,7 +617,10 @@ impl LiveSession {
             .tracer
             .run_until(
                 stop,
-                |record| feed(live, found, cgroups, record),
+                |traced| match traced {
+                    Traced::Record(record) => feed(live, found, cgroups, record),
+                    Traced::InScope(pids) => found.add(&pids),
+                },
                 |_| Ok(()),
             )
             .await?;

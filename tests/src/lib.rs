@@ -333,3 +333,23 @@ pub fn in_group(group: &std::path::Path, cmd: &str) -> String {
         group.display()
     )
 }
+
+/// Polls `check` every 200 ms until it gives a value, for at most `timeout`; fails the test
+/// naming `what` when it never does.
+pub fn wait_for<T>(
+    what: &str,
+    timeout: std::time::Duration,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

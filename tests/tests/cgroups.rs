@@ -2,7 +2,9 @@
 //! `--by unit` count each group's processes exactly, a process that moves between its fork
 //! and its exec counts where it exec'd, and a recording keeps the paths of groups removed
 //! since. `record --cgroup` records one group's processes only (filtered in the kernel),
-//! refuses a path that is no cgroup, and stops cleanly when its group is removed.
+//! refuses a path that is no cgroup, and stops cleanly when its group is removed. While
+//! its group is empty it leaves the hooks that fire on every syscall, page fault and
+//! mmap-lock event off, and attaches them once the group has a process.
 use std::io::BufRead as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -139,6 +141,31 @@ fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
     }
 }
 
+/// The tracepoints that process `pid` holds BPF links to (from its fds' fdinfo).
+fn attached_tracepoints(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("tp_name:"))
+                .map(|n| n.trim().to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The hooks that fire on every syscall, user page fault or mmap-lock event of every task.
+const HOT: &[&str] = &[
+    "sys_enter",
+    "sys_exit",
+    "page_fault_user",
+    "mmap_lock_acquire_returned",
+    "mmap_lock_released",
+];
+
 fn sh(script: &str) {
     let st = Command::new("sh").args(["-c", script]).status().unwrap();
     assert!(st.success(), "{script}");
@@ -169,6 +196,83 @@ fn record_cgroup_records_only_the_processes_of_its_group() {
     // nothing of b.service, nor of the 50 outside, nor the shells that started them.
     let rows = report(&db, "cgroup");
     assert_eq!(rows, vec![(groups.shown("a.service"), 1 + 40)]);
+    // The workload moved into the empty group and exec'd at once, perhaps before its hooks
+    // were attached: either way it is named by its binary, never by its comm.
+    let binaries = report(&db, "binary");
+    assert_eq!(count(&binaries, w), Some(1), "{binaries:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn record_cgroup_of_an_empty_group_attaches_its_hot_hooks_once_it_has_a_process() {
+    needs_root!();
+    let mut groups = Groups::new("arming");
+    let a = groups.make("a.service");
+    let w = workload();
+    let w = w.to_str().unwrap();
+    let dir = tempdir();
+    let db = dir.join("armed.db");
+    let (mut rec, stderr) = record_cgroup(&groups.shown("a.service"), &db);
+    let pid = rec.id();
+    let idle = attached_tracepoints(pid);
+    for cheap in ["task_newtask", "sched_process_exit", "sched_process_free"] {
+        assert!(idle.contains(&cheap.to_string()), "{cheap}: {idle:?}");
+    }
+    for hot in HOT {
+        assert!(
+            !idle.contains(&hot.to_string()),
+            "{hot} attached while idle: {idle:?}"
+        );
+    }
+    // A shell moves into the group and waits for a line before it execs the workload, so
+    // that its exec and the 20 spawns come after forkprof has said the hooks are on.
+    let mut shell = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "echo $$ > {}/cgroup.procs && read go && exec {w} spawn fork 20 /bin/true",
+                a.display()
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = Vec::new();
+    loop {
+        match stderr.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if line.contains("hooks are attached now") => break,
+            Ok(line) => said.push(line),
+            Err(_) => panic!("the hooks were not attached: {said:?}"),
+        }
+    }
+    let armed = attached_tracepoints(pid);
+    for hot in HOT {
+        // The mmap-lock pair is only there where no better source of pagetable_copy is.
+        if !hot.starts_with("mmap_lock") {
+            assert!(armed.contains(&hot.to_string()), "{hot}: {armed:?}");
+        }
+    }
+    use std::io::Write as _;
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    assert!(shell.wait().unwrap().success());
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let out = Command::new(forkprof())
+        .args(["report", "--format", "json", "--by", "cgroup"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let group = &v["groups"]["cgroup"][0];
+    assert_eq!(group["binary"], groups.shown("a.service").as_str(), "{v}");
+    assert_eq!(group["processes"], 21, "{group}");
+    // Every exec (the shell's and the 20 children's) and every fork is measured whole.
+    assert_eq!(group["execs"], 21, "{group}");
+    assert_eq!(group["phases"]["exec"]["count"], 21, "{group}");
+    assert_eq!(group["phases"]["fork"]["count"], 20, "{group}");
+    assert_eq!(group["phases"]["ld_map"]["count"], 21, "{group}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -255,11 +359,31 @@ fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further(
     .unwrap();
     let outer = dir.join("outer.sh");
     std::fs::write(&outer, format!("sh {}\ntrue\n", inner.display())).unwrap();
+    // A process is in a.service already (as a service's idle main process would be), so
+    // the scope's hooks are on from the start and outer.sh's fork of the shell is seen.
+    let mut resident = Command::new("sh")
+        .args([
+            "-c",
+            &format!("echo $$ > {}/cgroup.procs && exec sleep 600", a.display()),
+        ])
+        .spawn()
+        .unwrap();
+    forkprof_tests::wait_for(
+        "a.service to have a process",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(a.join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "populated 1"))
+                .then_some(())
+        },
+    );
     let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
     sh(&in_group(&a, &format!("sh {}", outer.display())));
     // SAFETY: kill has no memory preconditions; the pid is our own child's.
     assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
     assert_eq!(rec.wait().unwrap().code(), Some(0));
+    resident.kill().unwrap();
+    resident.wait().unwrap();
     let mut rows = report(&db, "cgroup");
     rows.sort();
     // a.service: outer.sh's shell. The one that left: followed to its exit, shown where it

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{Groups, forkprof, needs_root, shown_cgroup, tempdir, workload};
+use forkprof_tests::{Groups, forkprof, needs_root, shown_cgroup, tempdir, wait_for, workload};
 
 /// The three workloads: `fp-workload spawn fork N /bin/true`, 40 in `a`, 60 in `b` (each by
 /// an `sh` that moves itself there and execs it), 20 outside; returns when all are done.
@@ -46,17 +46,6 @@ fn run_workloads(a: &Path, b: &Path) {
     ];
     for c in &mut children {
         assert!(c.wait().unwrap().success());
-    }
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, needs_root, tempdir};
+use forkprof_tests::{forkprof, needs_root, tempdir, wait_for};
 
 /// A uniquely named copy of `true` and a shell loop that runs it `n` times.
 fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
@@ -11,17 +11,6 @@ fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
     std::fs::copy("/bin/true", &bin).unwrap();
     let script = format!("for i in $(seq {n}); do {}; done", bin.display());
     (bin, script)
-}
-
-fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<String>) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 struct Tmux {

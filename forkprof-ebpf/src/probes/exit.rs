@@ -87,6 +87,7 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
         cow_fault_ns: cow.ns,
         exit_ns: start,
         child_run_ns: close_child_run(ps),
+        cgroup_id: maps::cgroup_id(),
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
     if EXITING.insert(tgid, rec, 0).is_err() {

@@ -35,7 +35,7 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             return Ok(1);
         }
     };
-    let mut session = LiveSession::start_in(scope.as_ref())?;
+    let mut session = LiveSession::start_in(scope.as_ref(), true)?;
     // A scope's cgroup that is removed leaves the metrics as they are (said once on stderr):
     // a scrape keeps working, and nothing new is counted.
     let mut said_gone = false;

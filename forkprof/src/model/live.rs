@@ -41,7 +41,8 @@ pub struct Finished {
     pub phases: Phases,
     /// dynamic-linker objects opened (ld.so.cache excluded), when measured.
     pub ld_objects: Option<u32>,
-    /// Its cgroup v2 id (where it exec'd last, else where it was created; 0: not known).
+    /// Its cgroup v2 id (where it exec'd last, else where it was created, else where it exited;
+    /// 0: not known).
     pub cgroup_id: u64,
     /// That cgroup as `report --by cgroup` names it (`cgroup::label`): its path, `cgroup ID`
     /// when it was never named, `?` without an id.
@@ -186,14 +187,17 @@ mod tests {
     }
 
     /// A finished process carries its cgroup as reports name it: the path of the cgroup it
-    /// exec'd in (not the one it was created in), `cgroup ID` for an id never named.
+    /// exec'd in (not the one it was created in), `cgroup ID` for an id never named, and for
+    /// one seen only at its exit (it came into a `--cgroup` scope from outside), where it
+    /// exited.
     #[test]
     fn finished_processes_carry_their_cgroup() {
         let with_cgroup = |mut r: Record, id: u64| {
             match &mut r {
                 Record::Spawn(s) => s.cgroup_id = id,
                 Record::Exec(e) => e.cgroup_id = id,
-                _ => {}
+                Record::Exit(x) => x.cgroup_id = id,
+                Record::Ld(_) => {}
             }
             r
         };
@@ -208,6 +212,13 @@ mod tests {
         live.ingest(with_cgroup(exec(unnamed, 2_200_000, b"/bin/b", 0, 0), 9));
         live.ingest(exit(named, 0));
         live.ingest(exit(unnamed, 0));
+        let late = key(4, 0);
+        live.found(&Found {
+            pid: 4,
+            binary: b"/bin/late".to_vec(),
+            parent_binary: None,
+        });
+        live.ingest(with_cgroup(exit(late, 0), 7));
         let mut done: Vec<(Vec<u8>, u64, Vec<u8>)> = live
             .sweep(GRACE_NS, &|_| false)
             .iter()
@@ -219,6 +230,11 @@ mod tests {
             vec![
                 (b"/bin/a".to_vec(), 7, b"/system.slice/a.service".to_vec()),
                 (b"/bin/b".to_vec(), 9, b"cgroup 9".to_vec()),
+                (
+                    b"/bin/late".to_vec(),
+                    7,
+                    b"/system.slice/a.service".to_vec()
+                ),
             ]
         );
     }

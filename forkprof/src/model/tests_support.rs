@@ -88,6 +88,7 @@ pub fn exit(proc: ProcKey, code: u32) -> Record {
         cow_fault_ns: 0,
         exit_ns: 0,
         child_run_ns: 0,
+        cgroup_id: 0,
         comm: [0; COMM_LEN],
     })
 }

@@ -144,6 +144,8 @@ pub struct Exit {
     pub exit_teardown_ns: u64,
     pub cow_faults: u64,
     pub cow_fault_ns: u64,
+    /// Its cgroup v2 id when its teardown began (0: not known).
+    pub cgroup_id: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -186,7 +188,8 @@ impl Process {
     }
 
     /// The cgroup v2 id it counts in: where its last exec attempt returned (a process may be
-    /// moved between its fork and its exec), else where it was created; 0 when not known.
+    /// moved between its fork and its exec), else where it was created, else (seen neither
+    /// created nor exec'ing) where it exited; 0 when not known.
     pub fn cgroup_id(&self) -> u64 {
         self.execs
             .iter()
@@ -194,6 +197,7 @@ impl Process {
             .map(|e| e.cgroup_id)
             .find(|&id| id != 0)
             .or_else(|| self.spawn.map(|s| s.cgroup_id))
+            .or_else(|| self.exit.map(|x| x.cgroup_id))
             .unwrap_or(0)
     }
 
@@ -527,6 +531,7 @@ impl Trace {
                     exit_teardown_ns: r.exit_teardown_ns,
                     cow_faults: r.cow_faults,
                     cow_fault_ns: r.cow_fault_ns,
+                    cgroup_id: r.cgroup_id,
                 });
             }
         }

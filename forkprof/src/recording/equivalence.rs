@@ -134,6 +134,7 @@ impl Sim {
             cow_fault_ns: self.rng.below(30 * US),
             exit_ns: t.saturating_sub(20 * US),
             child_run_ns: self.rng.below(40 * US),
+            cgroup_id: self.cgroup(),
             comm: comm(name.rsplit(|&b| b == b'/').next().unwrap_or(name)),
         });
         self.push(t, r);

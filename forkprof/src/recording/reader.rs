@@ -418,7 +418,7 @@ impl Recording {
     /// `records` reads every column (a recording written again from them is the same).
     fn tables(&self, keep_args: bool, lean: bool) -> Vec<(String, RowToRecord)> {
         // Schema 1 had no static_start_ns and no child_run_ns, schema 2 no cow_fault_ns,
-        // schema 4 no cgroup ids: those read as not measured (0).
+        // schema 4 no cgroup ids, schema 5 none on exits: those read as not measured (0).
         let unused = |column: &'static str| if lean { "0" } else { column };
         let since = |version: u32, column: &'static str| {
             if self.schema_version() >= version {
@@ -430,6 +430,7 @@ impl Recording {
         let v2 = |column| since(2, column);
         let v3 = |column| since(3, column);
         let v5 = |column| since(5, column);
+        let v6 = |column| since(6, column);
         vec![
             (
                 format!(
@@ -467,9 +468,10 @@ impl Recording {
             (
                 format!(
                     "SELECT pid, start_ns, ts_ns, exit_code, notified, exit_teardown_ns,
-                            cow_faults, exit_ns, comm, {}, {} FROM exits",
+                            cow_faults, exit_ns, comm, {}, {}, {} FROM exits",
                     v2("child_run_ns"),
-                    v3("cow_fault_ns")
+                    v3("cow_fault_ns"),
+                    v6("cgroup_id")
                 ),
                 exit_row,
             ),
@@ -600,6 +602,7 @@ fn exit_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
         exit_ns: ns(r, 7)?,
         child_run_ns: ns(r, 9)?,
         cow_fault_ns: ns(r, 10)?,
+        cgroup_id: ns(r, 11)?,
         comm: comm(r, 8)?,
     }))
 }

@@ -1,4 +1,4 @@
--- forkprof recording schema, version 5 (see docs/recording.md).
+-- forkprof recording schema, version 6 (see docs/recording.md).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- One row per fork-family syscall of a traced process (threads included, method 'thread').
 CREATE TABLE spawns (
@@ -28,13 +28,14 @@ CREATE TABLE exits (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
     exit_code INTEGER NOT NULL, notified INTEGER NOT NULL, exit_teardown_ns INTEGER NOT NULL,
     cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL,
-    child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL);
+    child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL,
+    cgroup_id INTEGER NOT NULL DEFAULT 0);
 -- Processes that existed before tracing began (their rows above have start_ns 0), as /proc
 -- showed them when tracing started, written when one first appears in a record: the binary
 -- (/proc/PID/exe, else [comm]) and its parent's (NULL when unknown).
 CREATE TABLE found (
     pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
--- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id) and their paths under the
+-- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id, exits.cgroup_id) and their paths under the
 -- cgroup2 mount, written when an id is first seen (a cgroup removed later keeps its path).
 CREATE TABLE cgroups (id INTEGER PRIMARY KEY, path TEXT NOT NULL);
 -- Written when the recording ends: one row per process, and its phases.

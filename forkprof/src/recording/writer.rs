@@ -154,7 +154,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                 ])?;
         }
         Record::Exit(r) => {
-            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)")?
+            tx.prepare_cached("INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)")?
                 .execute(params![
                     r.hdr.proc.pid,
                     r.hdr.proc.start_ns as i64,
@@ -167,6 +167,7 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
                     text_or_blob(c_bytes(&r.comm)),
                     r.child_run_ns as i64,
                     r.cow_fault_ns as i64,
+                    r.cgroup_id as i64,
                 ])?;
         }
     }

@@ -41,6 +41,27 @@ fn workload_mean_call_ns(run: &Run) -> f64 {
     v["mean_call_ns"].as_f64().unwrap()
 }
 
+/// The workload's own timing of each call, `[pid, ns]`, paired with forkprof's row for that
+/// child (found by pid among `children`).
+fn workload_calls<'a>(run: &Run, children: &[&'a Value]) -> Vec<(&'a Value, f64)> {
+    let line = run.stdout();
+    let v: Value = serde_json::from_str(line.trim()).expect("workload JSON");
+    v["calls"]
+        .as_array()
+        .expect("the workload's calls")
+        .iter()
+        .map(|c| {
+            let pid = c[0].as_u64().unwrap();
+            let mut rows = children.iter().filter(|p| p["pid"].as_u64() == Some(pid));
+            let row = rows
+                .next()
+                .unwrap_or_else(|| panic!("no process with pid {pid}"));
+            assert!(rows.next().is_none(), "two processes with pid {pid}");
+            (*row, c[1].as_f64().unwrap())
+        })
+        .collect()
+}
+
 /// The parent times each call itself, around the bare syscall: glibc's fork() and
 /// posix_spawn() add work of their own around it (see the next test for fork). For
 /// posix_spawn that is the mmap and munmap of the child's stack and the signal masks, 8-16 µs
@@ -82,20 +103,26 @@ fn fork_latency_matches_the_parents_own_timing() {
 
 /// `child_run`: a fork child that spins 2 ms (on the vDSO clock) before it exits has a
 /// child_run of 2 ms plus its return from fork; a vfork child that execs at once, a few µs.
+///
+/// The spin is by wall clock, so every child's child_run is at least 2 ms, whatever the
+/// machine. Above that, child_run adds what the child does besides spinning: its return from
+/// fork (glibc's child path, a few copy-on-write faults: 15-40 µs, docs/kernel-findings.md)
+/// and its exit up to sched_process_exit; well under 100 µs. A preemption during the spin
+/// adds its whole length to that child, so the bound is on the median of 50 children.
 #[test]
 fn child_run_is_the_childs_own_time_before_exec_or_exit() {
     needs_root!();
+    const SPIN_NS: f64 = 2e6;
+    const BESIDES_SPIN_NS: f64 = 100_000.0;
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork-spin", "50"], |_| {});
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let children = processes_with_method(&run, "fork");
     assert_eq!(children.len(), 50);
-    let spin = mean(
-        &children
-            .iter()
-            .map(|p| phase(p, "child_run").expect("child_run measured"))
-            .collect::<Vec<_>>(),
-    );
+    let spin: Vec<f64> = children
+        .iter()
+        .map(|p| phase(p, "child_run").expect("child_run measured"))
+        .collect();
     let run = run_traced(
         &[w.to_str().unwrap(), "spawn", "vfork", "50", "/bin/true"],
         |_| {},
@@ -103,22 +130,31 @@ fn child_run_is_the_childs_own_time_before_exec_or_exit() {
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let children = processes_with_method(&run, "vfork");
     assert_eq!(children.len(), 50);
-    let vfork = mean(
-        &children
-            .iter()
-            .map(|p| phase(p, "child_run").expect("child_run measured"))
-            .collect::<Vec<_>>(),
-    );
+    let vfork: Vec<f64> = children
+        .iter()
+        .map(|p| phase(p, "child_run").expect("child_run measured"))
+        .collect();
+    let (spin_median, vfork_median) = (median(&spin), median(&vfork));
     eprintln!(
-        "child_run: fork child spinning 2 ms {:.1} us; vfork child that execs at once {:.1} us",
-        spin / 1e3,
-        vfork / 1e3
+        "child_run: fork child spinning 2 ms: median {:.1} us (min {:.1}, max {:.1}); vfork child that execs at once: median {:.1} us",
+        spin_median / 1e3,
+        spin.iter().copied().fold(f64::INFINITY, f64::min) / 1e3,
+        spin.iter().copied().fold(0.0, f64::max) / 1e3,
+        vfork_median / 1e3
     );
-    assert!(spin >= 2e6, "child_run {spin} ns < the 2 ms the child spun");
-    assert_close("fork-spin child_run", spin, 2e6, 0.10, 100_000.0);
+    for (i, &s) in spin.iter().enumerate() {
+        assert!(
+            s >= SPIN_NS,
+            "child {i}: child_run {s} ns < the 2 ms the child spun"
+        );
+    }
     assert!(
-        vfork > 0.0 && vfork < 100_000.0,
-        "vfork child_run {vfork} ns"
+        spin_median <= SPIN_NS + BESIDES_SPIN_NS,
+        "fork-spin child_run: median {spin_median} ns, more than 2 ms + {BESIDES_SPIN_NS} ns"
+    );
+    assert!(
+        vfork_median > 0.0 && vfork_median < BESIDES_SPIN_NS,
+        "vfork child_run: median {vfork_median} ns"
     );
 }
 
@@ -159,34 +195,83 @@ fn libc_fork_residue_is_the_wrapper_and_one_cow_fault() {
     );
 }
 
+/// A parent with 1 GiB resident: its fork is nearly all page-table copy (262144 PTEs), and
+/// forkprof's `fork` is the parent's own timing of libc's fork() less the wrapper.
+///
+/// The parent times each fork() itself, with its child held on a pipe until the parent has
+/// read its clock (`fork-held`): a child that exited at once could run first on the parent's
+/// CPU, and the teardown of its 1 GiB of page tables would then fall in the parent's timing.
+/// The syscall lies inside the parent's timing, so every fork's `fork` is at most the parent's
+/// time. What the parent's time adds to it: glibc's wrapper and the parent's copy-on-write
+/// faults before it reads its clock, 5 µs in a small parent (see the previous test), but run
+/// here with the caches and TLB cold after a copy that went through 2 MiB of page tables and
+/// 16 MiB of `struct page` (20-35 µs on an AMD EPYC host of the test VM kind); and at worst
+/// the held child's return from fork, if it runs first on the parent's CPU until it blocks
+/// (15-40 µs, docs/kernel-findings.md). So the median of (parent's time - `fork`) must be
+/// within 100 µs, or 1% of the fork where that is more (a 1 GiB fork takes 14-20 ms on AMD
+/// EPYC hosts, 21-48 ms on Intel ones). A `fork` that missed a larger part of the syscall
+/// fails.
 #[test]
 fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
     needs_root!();
+    const FORKS: usize = 9;
+    const RESIDUE_NS: f64 = 100_000.0;
     let w = workload();
-    let run = run_traced(&[w.to_str().unwrap(), "spawn", "fork", "5"], |c| {
-        c.env("FP_RSS_MIB", "1024");
-    });
-    assert_eq!(run.code(), 0, "{}", run.stderr());
-    let truth = workload_mean_call_ns(&run);
-    let children = processes_with_method(&run, "fork");
-    assert_eq!(children.len(), 5);
-    let fork = mean(
-        &children
-            .iter()
-            .map(|p| phase(p, "fork").unwrap())
-            .collect::<Vec<_>>(),
+    let run = run_traced(
+        &[
+            w.to_str().unwrap(),
+            "spawn",
+            "fork-held",
+            &FORKS.to_string(),
+        ],
+        |c| {
+            c.env("FP_RSS_MIB", "1024");
+        },
     );
-    let pt = mean(
-        &children
-            .iter()
-            .map(|p| phase(p, "pagetable_copy").unwrap())
-            .collect::<Vec<_>>(),
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let children = processes_with_method(&run, "fork");
+    assert_eq!(children.len(), FORKS);
+    let calls = workload_calls(&run, &children);
+    assert_eq!(calls.len(), FORKS);
+    let (mut truths, mut residues, mut pt_shares) = (Vec::new(), Vec::new(), Vec::new());
+    for (p, truth) in calls {
+        let fork = phase(p, "fork").unwrap();
+        let pt = phase(p, "pagetable_copy").unwrap();
+        eprintln!(
+            "1 GiB parent, pid {}: fork() {:.1} us, forkprof fork {:.1} us, pagetable_copy {:.1} us",
+            p["pid"],
+            truth / 1e3,
+            fork / 1e3,
+            pt / 1e3
+        );
+        assert!(
+            fork <= truth,
+            "pid {}: forkprof fork {fork} ns > the parent's own time {truth} ns around it",
+            p["pid"]
+        );
+        truths.push(truth);
+        residues.push(truth - fork);
+        pt_shares.push(pt / fork);
+    }
+    let (truth, residue) = (median(&truths), median(&residues));
+    let tol = (0.01 * truth).max(RESIDUE_NS);
+    eprintln!(
+        "1 GiB parent: median fork() {:.1} us, median residue {:.1} us (tolerance {:.1} us), median pagetable_copy/fork {:.3}",
+        truth / 1e3,
+        residue / 1e3,
+        tol / 1e3,
+        median(&pt_shares)
     );
     assert!(
-        pt >= 0.9 * fork,
-        "pagetable_copy {pt} ns < 90% of fork {fork} ns"
+        residue <= tol,
+        "fork of a 1 GiB parent: median of the parent's time - forkprof's fork {:.1} us > {:.1} us",
+        residue / 1e3,
+        tol / 1e3
     );
-    assert_close("fork of a 1 GiB parent", fork, truth, 0.10, 0.0);
+    assert!(
+        median(&pt_shares) >= 0.9,
+        "pagetable_copy < 90% of fork: {pt_shares:?}"
+    );
 }
 
 #[test]
@@ -245,15 +330,25 @@ impl Drop for Fixtures {
     }
 }
 
+/// One exec that exec_timer timed (CLOCK_MONOTONIC, ns): just before its execve, in
+/// main_time's preinit_array function (the program's first code, after its C library's
+/// start-up and before any constructor) and at main.
+struct Timed {
+    pid: u64,
+    t0: f64,
+    preinit: f64,
+    main: f64,
+}
+
 /// Runs exec_timer under forkprof: `n` execs of each of `binaries`, taken in turn so that the
-/// machine's drift falls on all of them alike. Returns the true exec→main time of each run, per
-/// binary, and forkprof's run.
+/// machine's drift falls on all of them alike. Returns each run's own timing, per binary, and
+/// forkprof's run.
 fn exec_to_main(
     fx: &Fixtures,
     flags: &[&str],
     binaries: &[&str],
     n: usize,
-) -> (Vec<Vec<f64>>, Run) {
+) -> (Vec<Vec<Timed>>, Run) {
     let timer = fx.dir.join("exec_timer");
     let targets: Vec<String> = binaries
         .iter()
@@ -266,51 +361,110 @@ fn exec_to_main(
     let run = run_traced_with(flags, &cmd, |_| {});
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let out = run.stdout();
-    let field = |tag: &str| -> Vec<f64> {
-        out.lines()
-            .filter_map(|l| l.strip_prefix(tag))
-            .map(|v| v.trim().parse::<f64>().unwrap())
-            .collect()
-    };
-    let (mains, t0s) = (field("main "), field("t0 "));
-    assert_eq!((mains.len(), t0s.len()), (total, total));
-    let mut truth = vec![Vec::new(); binaries.len()];
-    for (i, (m, t)) in mains.iter().zip(&t0s).enumerate() {
-        truth[i % binaries.len()].push(m - t);
+    // "main PID PREINIT MAIN" from each exec'd binary; "t0 PID NS" from exec_timer, in order.
+    let mut ends = std::collections::HashMap::new();
+    let mut t0s = Vec::new();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let pid = |s: &str| s.parse::<u64>().unwrap();
+        let ns = |s: &str| s.parse::<f64>().unwrap();
+        match f[..] {
+            ["main", p, pre, main] => assert!(ends.insert(pid(p), (ns(pre), ns(main))).is_none()),
+            ["t0", p, t] => t0s.push((pid(p), ns(t))),
+            _ => panic!("unexpected output line {line:?}"),
+        }
     }
-    (truth, run)
+    assert_eq!((t0s.len(), ends.len()), (total, total), "{out}");
+    let mut timed: Vec<Vec<Timed>> = binaries.iter().map(|_| Vec::new()).collect();
+    for (i, (pid, t0)) in t0s.into_iter().enumerate() {
+        let (preinit, main) = ends[&pid];
+        timed[i % binaries.len()].push(Timed {
+            pid,
+            t0,
+            preinit,
+            main,
+        });
+    }
+    (timed, run)
 }
 
-fn phase_means(run: &Run, binary: &str) -> (f64, [f64; 3]) {
-    let procs: Vec<&Value> = run.report["processes"]
+/// forkprof's row for the process `pid`, which ran `binary`.
+fn process<'a>(run: &'a Run, pid: u64, binary: &str) -> &'a Value {
+    let rows: Vec<&Value> = run.report["processes"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|p| p["binary"].as_str().unwrap().ends_with(binary))
+        .filter(|p| p["pid"].as_u64() == Some(pid))
         .collect();
-    assert!(!procs.is_empty(), "no process ran {binary}");
-    let m = |name: &str| {
-        mean(
-            &procs
-                .iter()
-                .map(|p| {
-                    phase(p, name).unwrap_or_else(|| panic!("{name} not measured for {binary}"))
-                })
-                .collect::<Vec<_>>(),
-        )
-    };
-    (m("exec"), [m("ld_start"), m("ld_map"), m("ld_reloc_init")])
+    assert_eq!(rows.len(), 1, "rows for pid {pid}: {rows:?}");
+    assert!(
+        rows[0]["binary"].as_str().unwrap().ends_with(binary),
+        "pid {pid} ran {}, not {binary}",
+        rows[0]["binary"]
+    );
+    rows[0]
 }
 
-fn static_start_mean(run: &Run, binary: &str) -> f64 {
-    let starts: Vec<f64> = run.report["processes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["binary"].as_str().unwrap().ends_with(binary))
-        .map(|p| phase(p, "static_start").expect("static_start measured"))
-        .collect();
-    mean(&starts)
+/// How much of a run's own window (t0 → `end`) exec + the phases after it may leave out: the
+/// libc execve wrapper before the exec syscall (well under 1 µs); after the last phase, the
+/// short syscall (static glibc's RELRO mprotect) or uprobe trap (`--precise-ld`) at which it
+/// ends, the return to user space, the code up to `end`, the fault-in of its text page and
+/// the clock syscall: 8-12 µs on an AMD EPYC host of the test VM kind (medians).
+const LEFT_OUT_NS: f64 = 30_000.0;
+/// The same when the last phase ends at ld.so's munmap of ld.so.cache (default mode): that
+/// syscall is heavier, it unmaps a VMA under the mmap write lock (which forkprof's own
+/// tracepoints watch) and flushes the TLB: 17-19 µs in all on the AMD EPYC host.
+const LEFT_OUT_MUNMAP_NS: f64 = 50_000.0;
+
+/// Pairs each timed run with forkprof's process by pid. The exec syscall and the phases after
+/// it follow one another without overlap, all between the run's t0 and `end`, so in every run
+/// exec + `phases` is at most `end` - t0: the gap is never negative, on any machine. Returns
+/// the median gap (and prints the medians), which must be at most what the phases leave out.
+fn gap_median(
+    what: &str,
+    run: &Run,
+    binary: &str,
+    timed: &[Timed],
+    phases: &[&str],
+    end: fn(&Timed) -> f64,
+) -> f64 {
+    let (mut truths, mut sums, mut gaps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut per_phase = vec![Vec::new(); phases.len()];
+    for t in timed {
+        let p = process(run, t.pid, binary);
+        let exec = phase(p, "exec").expect("exec measured");
+        let mut sum = exec;
+        for (name, values) in phases.iter().zip(per_phase.iter_mut()) {
+            let v = phase(p, name)
+                .unwrap_or_else(|| panic!("{name} not measured for {binary} (pid {})", t.pid));
+            values.push(v);
+            sum += v;
+        }
+        let truth = end(t) - t.t0;
+        assert!(
+            sum <= truth,
+            "{what}, pid {}: exec + {phases:?} = {sum} ns > the {truth} ns the process timed itself around them: {}",
+            t.pid,
+            p["phases"]
+        );
+        truths.push(truth);
+        sums.push(sum);
+        gaps.push(truth - sum);
+    }
+    let gap = median(&gaps);
+    eprintln!(
+        "{what}: median {:.1} us; exec + {phases:?} median {:.1} us ({}); gap median {:.1} us, max {:.1} us",
+        median(&truths) / 1e3,
+        median(&sums) / 1e3,
+        per_phase
+            .iter()
+            .map(|v| format!("{:.1}", median(v) / 1e3))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        gap / 1e3,
+        gaps.iter().copied().fold(0.0, f64::max) / 1e3
+    );
+    gap
 }
 
 /// The shared libraries `ldd` lists for `binary`, besides the vDSO and the dynamic linker:
@@ -344,6 +498,8 @@ fn phase_values(run: &Run, binary: &str, name: &str) -> Vec<f64> {
         .collect()
 }
 
+const LD_PHASES: [&str; 3] = ["ld_start", "ld_map", "ld_reloc_init"];
+
 #[test]
 fn exec_and_dynamic_linker_match_exec_to_main() {
     needs_root!();
@@ -352,41 +508,56 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
 
     // A static binary's own start-up (CPU feature probes, IRELATIVE relocations, TLS, thread
     // set-up, malloc's first brk) is static_start, up to static glibc's RELRO mprotect, its
-    // last syscall before main. What it leaves out is that mprotect and the return to main: a
-    // few µs whichever CPU runs it, inside 30 µs. (Ending at arch_prctl left out ~100 µs on
-    // AMD hosts, where cpuid does not trap.)
+    // last syscall before main. The window ends in the preinit_array function, which static
+    // glibc calls right after: left out are that mprotect and the code up to the call.
+    // (Ending at arch_prctl left out ~100 µs on AMD hosts, where cpuid does not trap.)
     let binary = "main_static";
-    let (truth, run) = exec_to_main(&fx, &[], &[binary], n);
-    let (exec, ld) = phase_means(&run, binary);
-    let truth = mean(&truth[0]);
-    let start = static_start_mean(&run, binary);
-    eprintln!(
-        "{binary}: exec→main {:.1} us; exec {:.1} + static_start {:.1} us",
-        truth / 1e3,
-        exec / 1e3,
-        start / 1e3
+    let (timed, run) = exec_to_main(&fx, &[], &[binary], n);
+    for t in &timed[0] {
+        let p = process(&run, t.pid, binary);
+        for name in LD_PHASES {
+            assert_eq!(phase(p, name), Some(0.0), "{name} of a static binary");
+        }
+        assert!(
+            phase(p, "static_start").unwrap() > 0.0,
+            "static_start of a static binary"
+        );
+    }
+    let gap = gap_median(
+        "main_static: exec → preinit",
+        &run,
+        binary,
+        &timed[0],
+        &["static_start"],
+        |t| t.preinit,
     );
-    assert_eq!(ld, [0.0; 3], "ld_* of a static binary");
-    assert!(start > 0.0, "static_start of a static binary");
-    assert_close(binary, exec + start, truth, 0.10, 30_000.0);
+    assert!(
+        gap <= LEFT_OUT_NS,
+        "main_static: exec + static_start leave out {gap} ns of exec → preinit"
+    );
 
     // The two dynamic binaries run in turn in one trace, so that the machine's drift from one
-    // second to the next falls on both alike.
+    // second to the next falls on both alike. ld_reloc_init ends at ld.so's last syscall, the
+    // munmap of ld.so.cache; then ld.so returns to _dl_init, which calls the preinit_array
+    // function before any library constructor. The constructors (libcrypto's CPU probes
+    // among them, cpuid that traps on Intel hosts) run after it: this mode leaves them out of
+    // ld_reloc_init, so the window ends before them, not at main.
     let binaries = ["main_dynamic", "main_libs"];
-    let (truths, run) = exec_to_main(&fx, &[], &binaries, n);
+    let (timed, run) = exec_to_main(&fx, &[], &binaries, n);
     let mut ld_map = Vec::new();
-    for (binary, truth) in binaries.iter().zip(&truths) {
-        let (exec, ld) = phase_means(&run, binary);
-        let truth = mean(truth);
-        eprintln!(
-            "{binary}: exec→main {:.1} us; exec {:.1} + ld_start {:.1} + ld_map {:.1} + ld_reloc_init {:.1} us",
-            truth / 1e3,
-            exec / 1e3,
-            ld[0] / 1e3,
-            ld[1] / 1e3,
-            ld[2] / 1e3
+    for (binary, timed) in binaries.iter().zip(&timed) {
+        let gap = gap_median(
+            &format!("{binary}: exec → preinit"),
+            &run,
+            binary,
+            timed,
+            &LD_PHASES,
+            |t| t.preinit,
         );
-        assert_close(binary, exec + ld.iter().sum::<f64>(), truth, 0.10, 30_000.0);
+        assert!(
+            gap <= LEFT_OUT_MUNMAP_NS,
+            "{binary}: exec + ld_* leave out {gap} ns of exec → preinit"
+        );
         // ld_map opens each library the dynamic linker loads (after ld.so.cache): exactly
         // those ldd lists.
         let group = run.report["groups"]["binary"]
@@ -412,14 +583,15 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
     );
 }
 
-/// `--precise-ld`: uprobes give the outer edges of the dynamic linker, constructors included,
-/// so exec + ld_* covers exec → main even more closely.
+/// `--precise-ld`: uprobes give the outer edges of the dynamic linker, constructors included:
+/// ld_reloc_init ends at libc's `__libc_start_main`, so exec + ld_* leaves out only its way
+/// to main (the program's own init_array, its first page faults) and the uprobe's trap.
 #[test]
 fn precise_ld_matches_exec_to_main() {
     needs_root!();
     let fx = Fixtures::build();
     for binary in ["main_dynamic", "main_libs"] {
-        let (truth, run) = exec_to_main(&fx, &["--precise-ld"], &[binary], 30);
+        let (timed, run) = exec_to_main(&fx, &["--precise-ld"], &[binary], 30);
         assert!(
             run.report["sources"]["ld_start"]
                 .as_str()
@@ -434,15 +606,18 @@ fn precise_ld_matches_exec_to_main() {
             ld_map.starts_with("uprobe") && ld_map.contains("raw_tp sys_enter"),
             "{ld_map}"
         );
-        let (exec, ld) = phase_means(&run, binary);
-        let truth = mean(&truth[0]);
-        eprintln!(
-            "--precise-ld {binary}: exec→main {:.1} us; exec {:.1} + ld {:?} us",
-            truth / 1e3,
-            exec / 1e3,
-            ld.map(|v| (v / 1e2).round() / 10.0)
+        let gap = gap_median(
+            &format!("--precise-ld {binary}: exec → main"),
+            &run,
+            binary,
+            &timed[0],
+            &LD_PHASES,
+            |t| t.main,
         );
-        assert_close(binary, exec + ld.iter().sum::<f64>(), truth, 0.10, 30_000.0);
+        assert!(
+            gap <= LEFT_OUT_NS,
+            "--precise-ld {binary}: exec + ld_* leave out {gap} ns of exec → main"
+        );
     }
 }
 

@@ -48,21 +48,49 @@ fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
     wait_unloaded();
 }
 
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name, which is in parentheses and may hold any byte.
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        !matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X') | None)
+    })
+}
+
+/// SIGKILLs process `pid` when dropped, so that a failed test leaves nothing running.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
 #[test]
 fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
     needs_root!();
+    // Far longer than the test can take (wait_unloaded alone may wait 10 s): it must still be
+    // running at the end, and is killed then.
     let mut fp = Command::new(forkprof())
-        .args(["run", "--", "sleep", "4"])
+        .args(["run", "--", "sleep", "600"])
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let sleeper = forkprof_tests::wait_for_child(fp.id(), "sleep");
+    let sleeper: i32 = forkprof_tests::wait_for_child(fp.id(), "sleep")
+        .parse()
+        .unwrap();
+    let _sleeper = KillOnDrop(sleeper);
     fp.kill().unwrap();
     fp.wait().unwrap();
+    assert!(
+        running(sleeper),
+        "the traced command must survive forkprof's SIGKILL"
+    );
     wait_unloaded();
     assert!(
-        std::path::Path::new(&format!("/proc/{sleeper}")).exists(),
-        "the traced command must survive forkprof"
+        running(sleeper),
+        "the traced command must survive forkprof's programs being unloaded"
     );
 }
 
@@ -130,7 +158,15 @@ fn hostile_names_and_arguments_are_escaped_everywhere() {
     let doomed = dir.join("fp-doomed");
     std::fs::copy("/bin/sleep", &doomed).unwrap();
     let long = "x".repeat(4096);
-    let script = format!("\"$1\" 'line1\nline2' {long}; \"$2\" 0.3 & sleep 0.1; rm \"$2\"; wait");
+    // fp-doomed is removed while it runs: once its exec is done (its /proc exe names it, for
+    // up to 20 s), then it runs 0.2 s more and is stopped.
+    let script = format!(
+        "\"$1\" 'line1\nline2' {long}; \"$2\" 60 & p=$!; i=0
+        until case $(readlink /proc/$p/exe) in */fp-doomed) true;; *) false;; esac; do
+            i=$((i + 1)); [ $i -le 2000 ] || exit 9; sleep 0.01
+        done
+        rm \"$2\"; sleep 0.2; kill $p; wait"
+    );
     let db = dir.join("odd.db");
     let run = run_traced_with(
         &["-o", db.to_str().unwrap()],

@@ -1,14 +1,19 @@
 //! Workloads with known ground truth for forkprof's end-to-end tests. Each subcommand does
 //! exactly what it says and prints its own measurements as one JSON line on stdout.
 //!
-//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | fork-spin | vfork |
+//!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | fork-spin | fork-held | vfork |
 //!                                  posix_spawn | posix_spawn-raw | thread; children _exit(0)
-//!                                  at once (fork-spin: after spinning `SPIN`), or
-//!                                  exec PROGRAM (posix_spawn and posix_spawn-raw need one).
+//!                                  at once (fork-spin: after spinning `SPIN`; fork-held: once
+//!                                  the parent has read its clock, blocked on a pipe until
+//!                                  then, so that no teardown of the child falls in the
+//!                                  parent's timing), or exec PROGRAM (posix_spawn and
+//!                                  posix_spawn-raw need one).
 //!                                  posix_spawn-raw: the clone(CLONE_VM|CLONE_VFORK) at the
 //!                                  heart of glibc's posix_spawn, without the wrapper's mmap
 //!                                  and munmap of the child's stack and its signal masks.
 //!                                  With FP_RSS_MIB=N the parent first touches N MiB.
+//!                                  Prints the mean call time and each call's `[pid, ns]`
+//!                                  (pid 0 for a thread).
 //!   mix COUNT PROGRAM              COUNT children each by fork, vfork and posix_spawn, in
 //!                                  that order, each exec'ing PROGRAM and waited for
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
@@ -90,7 +95,7 @@ unsafe fn vfork_exec(
 /// stack the child does not share (MADV_WIPEONFORK). This is the syscall's own latency, the
 /// ground truth for forkprof's `fork`: libc's fork() adds its wrapper, and the parent's
 /// first write after it (to its stack) takes a copy-on-write fault.
-fn fork_raw(count: u32) -> Vec<u64> {
+fn fork_raw(count: u32) -> Vec<(libc::pid_t, u64)> {
     let sp: usize;
     // SAFETY: reads the stack pointer.
     unsafe { std::arch::asm!("mov {}, rsp", out(reg) sp) };
@@ -103,7 +108,7 @@ fn fork_raw(count: u32) -> Vec<u64> {
             std::io::Error::last_os_error()
         ));
     }
-    let mut times = vec![0u64; count as usize];
+    let mut times = vec![(0, 0u64); count as usize];
     for slot in times.iter_mut() {
         let t0 = Instant::now();
         let pid: i64;
@@ -124,7 +129,7 @@ fn fork_raw(count: u32) -> Vec<u64> {
                 out("rdi") _,
             );
         }
-        *slot = t0.elapsed().as_nanos() as u64;
+        *slot = (pid as libc::pid_t, t0.elapsed().as_nanos() as u64);
         if pid < 0 {
             die("fork failed");
         }
@@ -157,7 +162,7 @@ fn posix_spawn_raw(
     path: &std::ffi::CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-) -> Vec<u64> {
+) -> Vec<(libc::pid_t, u64)> {
     let mut stack = vec![0u8; 64 * 1024];
     // SAFETY: one past the end of `stack`, 16-byte aligned below it.
     let top = unsafe { stack.as_mut_ptr().add(stack.len()) } as usize & !15;
@@ -179,7 +184,7 @@ fn posix_spawn_raw(
                 &mut args as *mut SpawnArgs as *mut libc::c_void,
             )
         };
-        times.push(t0.elapsed().as_nanos() as u64);
+        times.push((pid, t0.elapsed().as_nanos() as u64));
         if pid < 0 {
             die("clone failed");
         }
@@ -191,8 +196,9 @@ fn posix_spawn_raw(
 /// How long a `fork-spin` child spins before it exits.
 const SPIN: std::time::Duration = std::time::Duration::from_millis(2);
 
-/// Spawns `count` children with `method`; returns the parent's own time per spawn call (ns).
-fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
+/// Spawns `count` children with `method`; returns each child's pid (0 for a thread) and the
+/// parent's own time for its spawn call (ns).
+fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u64)> {
     let prog = program.map(cstring);
     let argv: Vec<*const libc::c_char> = match &prog {
         Some(p) => vec![p.as_ptr(), std::ptr::null()],
@@ -210,10 +216,17 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
     }
     let mut times = Vec::with_capacity(count as usize);
     for _ in 0..count {
+        // fork-held: the child waits for a byte on this pipe, sent once the parent has read
+        // its clock.
+        let mut hold = [-1; 2];
+        // SAFETY: pipe into a local array.
+        if method == "fork-held" && unsafe { libc::pipe(hold.as_mut_ptr()) } != 0 {
+            die("pipe failed");
+        }
         let t0 = Instant::now();
         let pid = match method {
-            // SAFETY: the child only calls async-signal-safe execve/_exit.
-            "fork" | "fork-spin" => unsafe { libc::fork() },
+            // SAFETY: the child only calls async-signal-safe read/execve/_exit.
+            "fork" | "fork-spin" | "fork-held" => unsafe { libc::fork() },
             // SAFETY: see `vfork_exec`.
             "vfork" => unsafe {
                 vfork_exec(
@@ -247,7 +260,7 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
                 std::thread::spawn(|| {})
                     .join()
                     .unwrap_or_else(|_| die("thread panicked"));
-                times.push(t0.elapsed().as_nanos() as u64);
+                times.push((0, t0.elapsed().as_nanos() as u64));
                 continue;
             }
             other => die(&format!("unknown method {other}")),
@@ -257,6 +270,11 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
                 // The child's own work before it exits: reads of the vDSO clock, no syscalls.
                 let t = Instant::now();
                 while t.elapsed() < SPIN {}
+            }
+            if method == "fork-held" {
+                let mut b = 0u8;
+                // SAFETY: in the child: a read into a local, async-signal-safe.
+                unsafe { libc::read(hold[0], (&mut b as *mut u8).cast(), 1) };
             }
             // SAFETY: in the child: exec or exit at once.
             unsafe {
@@ -269,7 +287,15 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<u64> {
         if pid < 0 {
             die("fork failed");
         }
-        times.push(t0.elapsed().as_nanos() as u64);
+        times.push((pid, t0.elapsed().as_nanos() as u64));
+        if method == "fork-held" {
+            // SAFETY: plain syscalls on the pipe's own fds.
+            unsafe {
+                libc::write(hold[1], [1u8].as_ptr().cast(), 1);
+                libc::close(hold[0]);
+                libc::close(hold[1]);
+            }
+        }
         wait_child(pid);
     }
     times
@@ -344,12 +370,17 @@ fn main() {
         "spawn" => {
             let count: u32 = arg(2).parse().unwrap_or_else(|_| die("bad COUNT"));
             let times = spawn(arg(1), count, args.get(3).map(String::as_str));
-            let total: u64 = times.iter().sum();
+            let total: u64 = times.iter().map(|&(_, ns)| ns).sum();
+            let calls: Vec<String> = times
+                .iter()
+                .map(|(pid, ns)| format!("[{pid},{ns}]"))
+                .collect();
             println!(
-                "{{\"method\":\"{}\",\"count\":{},\"mean_call_ns\":{}}}",
+                "{{\"method\":\"{}\",\"count\":{},\"mean_call_ns\":{},\"calls\":[{}]}}",
                 arg(1),
                 count,
-                total / u64::from(count.max(1))
+                total / u64::from(count.max(1)),
+                calls.join(",")
             );
         }
         "mix" => {

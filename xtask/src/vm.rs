@@ -61,6 +61,7 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tracefs tracefs /sys/kernel/tracing || echo "VMINFO tracefs not mounted"
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || echo "VMINFO debugfs not mounted"
+mount -t cgroup2 cgroup2 /sys/fs/cgroup || echo "VMINFO cgroup2 not mounted"
 echo "VMINFO release $(uname -r)"
 cd /tmp
 timeout -s KILL @GUARD@ /fp/fp-vmcheck

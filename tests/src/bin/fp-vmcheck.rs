@@ -478,6 +478,135 @@ fn record_report() -> Result<String, String> {
     }
 }
 
+/// Polls `path` until it holds `text`, for at most TIMEOUT.
+fn wait_for_text(path: &str, text: &str) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let now = std::fs::read_to_string(path).unwrap_or_default();
+        if now.contains(text) {
+            return Ok(());
+        }
+        if start.elapsed() > TIMEOUT {
+            return Err(format!("no {text:?} in {path}: {}", clip(&now, 600)));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The tracepoints process `pid` holds BPF links to.
+fn attached_tracepoints(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|i| {
+            i.lines()
+                .find_map(|l| l.strip_prefix("tp_name:"))
+                .map(|n| n.trim().to_string())
+        })
+        .collect()
+}
+
+/// `record --cgroup` of an empty cgroup v2 group (the init mounts cgroup2 at /sys/fs/cgroup):
+/// no hook that fires on every syscall or page fault is attached until a process comes in;
+/// then a shell there (which waits for that) and its 10 children are recorded, with their
+/// execs measured, and 5 spawns outside the group are not.
+fn cgroup_scope() -> Result<String, String> {
+    use std::io::Write as _;
+    let group = "/sys/fs/cgroup/fp.service";
+    std::fs::create_dir_all(group).map_err(|e| format!("mkdir {group}: {e} (no cgroup2?)"))?;
+    let (db, err) = ("/tmp/cg.db", "/tmp/cg.err");
+    let _ = std::fs::remove_file(db);
+    let log = File::create(err).map_err(|e| e.to_string())?;
+    let mut rec = Command::new(FORKPROF)
+        .args([
+            "record",
+            "--cgroup",
+            "/fp.service",
+            "--duration",
+            "600s",
+            "-o",
+            db,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start forkprof record: {e}"))?;
+    let stop = |rec: &mut std::process::Child| {
+        // SAFETY: kill has no memory preconditions; the pid is our own child's.
+        unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+        rec.wait().ok().and_then(|st| st.code())
+    };
+    if let Err(e) = wait_for_text(err, "forkprof: recording") {
+        stop(&mut rec);
+        return Err(e);
+    }
+    let idle = attached_tracepoints(rec.id());
+    let hot = ["sys_enter", "sys_exit", "page_fault_user"];
+    if idle.is_empty() || hot.iter().any(|h| idle.iter().any(|t| t == h)) {
+        stop(&mut rec);
+        return Err(format!("attached while the group was empty: {idle:?}"));
+    }
+    let script =
+        format!("echo $$ > {group}/cgroup.procs && read go && exec {WORKLOAD} spawn fork 10 {DYN}");
+    let shell = Command::new("/bin/sh")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn();
+    let mut shell = match shell {
+        Ok(sh) => sh,
+        Err(e) => {
+            stop(&mut rec);
+            return Err(format!("cannot start sh: {e}"));
+        }
+    };
+    let armed = wait_for_text(err, "hooks are attached now");
+    let attached = attached_tracepoints(rec.id());
+    let _ = shell.stdin.take().map(|mut i| writeln!(i, "go"));
+    let shell_ok = shell.wait().is_ok_and(|st| st.success());
+    let outside = exec(&[WORKLOAD, "spawn", "fork", "5", DYN]);
+    let code = stop(&mut rec);
+    armed?;
+    if !hot.iter().all(|h| attached.iter().any(|t| t == h)) {
+        return Err(format!(
+            "not attached once the group had a process: {attached:?}"
+        ));
+    }
+    if !shell_ok || outside.code != Some(0) || code != Some(0) {
+        return Err(format!(
+            "sh ok {shell_ok}; outside: {}; forkprof record exit {code:?}",
+            outside.brief()
+        ));
+    }
+    let ran = exec(&[FORKPROF, "report", db, "--format", "json", "--by", "cgroup"]);
+    let doc: Value = serde_json::from_str(&ran.stdout)
+        .map_err(|e| format!("report: not JSON: {e}: {}", ran.brief()))?;
+    let rows = &doc["groups"]["cgroup"];
+    let row = &rows[0];
+    let want = (Some("/fp.service"), Some(11), Some(11), Some(11));
+    let got = (
+        row["binary"].as_str(),
+        row["processes"].as_u64(),
+        row["execs"].as_u64(),
+        row["phases"]["exec"]["count"].as_u64(),
+    );
+    let _ = std::fs::remove_dir(group);
+    if rows.as_array().map(Vec::len) == Some(1) && got == want {
+        Ok(format!(
+            "idle: {} tracepoints, none hot; armed: {}; /fp.service: 11 processes, 11 execs measured",
+            idle.len(),
+            attached.len()
+        ))
+    } else {
+        Err(format!(
+            "want one row (group, processes, execs, exec phases) {want:?}; got {rows}"
+        ))
+    }
+}
+
 /// Counts the verdicts and prints each as one `VMCHECK` line.
 #[derive(Default)]
 struct Tally {
@@ -525,6 +654,7 @@ fn guest() -> i32 {
     t.check("static-start", static_start());
     t.check("cow", cow());
     t.check("record-report", record_report());
+    t.check("cgroup-scope", cgroup_scope());
     println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);
     i32::from(t.failed > 0)
 }

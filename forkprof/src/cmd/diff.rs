@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::cli::{DiffArgs, Format};
-use crate::cmd::report::EXIT_BAD_RECORDING;
+use crate::cmd::EXIT_BAD_RECORDING;
 use crate::elf::InterpCache;
 use crate::model::diff::{Side, compare};
 use crate::model::report::{Context, GroupBy};

@@ -18,14 +18,13 @@ pub fn run(_args: ExportArgs) -> Result<i32> {
 mod enabled {
     use super::{ExportArgs, Result};
     use crate::cli::refuse_overwrite;
-    use crate::cmd::report::EXIT_BAD_RECORDING;
+    use crate::cmd::{bad_recording_or, open_recording};
     use crate::elf::InterpCache;
     use crate::model::processes::ProcessView;
     use crate::model::trace::{Binaries, Origin};
     use crate::model::{Process, Trace};
     use crate::output::parquet::{self, FileInfo};
     use crate::privilege::{InvokingUser, create_private_file};
-    use crate::recording::Recording;
 
     /// The recording's meta keys copied to the Parquet footer, as `forkprof.KEY`.
     const META_KEPT: [&str; 6] = [
@@ -52,20 +51,10 @@ mod enabled {
             );
             return Ok(2);
         }
-        let recording = match Recording::open(&args.file) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("forkprof: {e}");
-                return Ok(EXIT_BAD_RECORDING);
-            }
-        };
         // Exec arguments are not exported: they are never read.
-        let start = match recording.stream_start(false) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("forkprof: {e}");
-                return Ok(EXIT_BAD_RECORDING);
-            }
+        let (recording, start) = match open_recording(&args.file, false) {
+            Ok(opened) => opened,
+            Err(code) => return Ok(code),
         };
         let mut metadata = vec![(
             "forkprof.version".to_string(),
@@ -110,11 +99,8 @@ mod enabled {
                     let _ = std::fs::remove_file(&args.parquet);
                 }
                 // A recording found corrupt part way through is bad input (exit 2).
-                if let Some(bad) = e.downcast_ref::<crate::recording::RecordingError>() {
-                    eprintln!("forkprof: {bad}");
-                    return Ok(EXIT_BAD_RECORDING);
-                }
-                Err(e.context(format!("cannot write {}", args.parquet.display())))
+                bad_recording_or(e)
+                    .map_err(|e| e.context(format!("cannot write {}", args.parquet.display())))
             }
         }
     }

@@ -10,7 +10,38 @@ pub mod report;
 pub mod run;
 pub mod top;
 
+use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::model::Trace;
+use crate::recording::{Recording, RecordingError};
+
+/// Exit code for a file that is not a readable recording (bad input).
+pub const EXIT_BAD_RECORDING: i32 = 2;
+
+/// Opens a recording to stream (`report`, `export`): it and the trace its records start
+/// from, or, said on stderr, the exit code for a file that is not a readable recording.
+pub fn open_recording(path: &Path, keep_args: bool) -> Result<(Recording, Trace), i32> {
+    let said = |e: &RecordingError| {
+        eprintln!("forkprof: {e}");
+        EXIT_BAD_RECORDING
+    };
+    let recording = Recording::open(path).map_err(|e| said(&e))?;
+    let start = recording.stream_start(keep_args).map_err(|e| said(&e))?;
+    Ok((recording, start))
+}
+
+/// A recording found corrupt part way through is bad input: said on stderr, exit 2. Any
+/// other error stays one.
+pub fn bad_recording_or(e: anyhow::Error) -> anyhow::Result<i32> {
+    match e.downcast_ref::<RecordingError>() {
+        Some(bad) => {
+            eprintln!("forkprof: {bad}");
+            Ok(EXIT_BAD_RECORDING)
+        }
+        None => Err(e),
+    }
+}
 
 /// The exit code when the output turns out to be a closed pipe (`forkprof report | head`):
 /// that is a normal end, so 0, or the traced command's status once `run` knows it.

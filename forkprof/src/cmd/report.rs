@@ -4,6 +4,7 @@ use std::io::Write as _;
 use anyhow::{Context as _, Result};
 
 use crate::cli::{Format, ReportCmdArgs};
+use crate::cmd::{bad_recording_or, open_recording};
 use crate::elf::InterpCache;
 use crate::model::phases::Phase;
 use crate::model::report::{Context, Filter, GroupBy, Item, ReportBuilder};
@@ -12,10 +13,6 @@ use crate::model::{Process, Trace};
 use crate::output;
 use crate::output::perfetto::Timeline;
 use crate::privilege::{InvokingUser, create_private_file};
-use crate::recording::Recording;
-
-/// Exit code for a file that is not a readable recording.
-pub const EXIT_BAD_RECORDING: i32 = 2;
 
 pub fn run(args: ReportCmdArgs) -> Result<i32> {
     if let (Some(from), Some(to)) = (args.from, args.to)
@@ -24,20 +21,9 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         eprintln!("forkprof: --from {from:?} is not before --to {to:?}: the range holds nothing");
         return Ok(2);
     }
-    let recording = match Recording::open(&args.file) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("forkprof: {e}");
-            return Ok(EXIT_BAD_RECORDING);
-        }
-    };
-    let failed = |e: &dyn std::fmt::Display| {
-        eprintln!("forkprof: {e}");
-        Ok(EXIT_BAD_RECORDING)
-    };
-    let mut start = match recording.stream_start(args.processes) {
-        Ok(t) => t,
-        Err(e) => return failed(&e),
+    let (recording, mut start) = match open_recording(&args.file, args.processes) {
+        Ok(opened) => opened,
+        Err(code) => return Ok(code),
     };
     let num = |k: &str| recording.meta.get(k).and_then(|v| v.parse::<u64>().ok());
     let meta_wall_ns = num("wall_ns").or_else(|| Some(num("ended_ns")? - num("started_ns")?));
@@ -51,7 +37,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     {
         match recording.span() {
             Ok(s) => s,
-            Err(e) => return failed(&e),
+            Err(e) => return bad_recording_or(e.into()),
         }
     } else {
         None
@@ -143,10 +129,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     };
     let trace = match recording.processes(start, args.processes, &mut sink) {
         Ok(t) => t,
-        Err(e) => match e.downcast_ref::<crate::recording::RecordingError>() {
-            Some(bad) => return failed(bad),
-            None => return Err(e),
-        },
+        Err(e) => return bad_recording_or(e),
     };
     if let (Some(t), Some(path)) = (timeline, &args.perfetto) {
         t.end()

@@ -1,7 +1,7 @@
 //! A trace-event JSON timeline (ui.perfetto.dev, chrome://tracing): one track per process,
 //! slices for its phases, and a flow arrow from each parent's fork to the child.
 use crate::model::phases::Phase;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::io::Write;
 
 use anyhow::Result;
@@ -21,6 +21,8 @@ pub struct Timeline<'a> {
     written: u64,
     origin: u64,
     tracks: FxHashMap<ProcKey, usize>,
+    /// The processes drawn, while `children_first` is off (on, a drawn one leaves `tracks`).
+    drawn: FxHashSet<ProcKey>,
     next_track: usize,
     /// Forget a process's track once it is drawn: set when every child is drawn before its
     /// parent (a stream), so that only the tracks of processes not yet drawn are kept.
@@ -36,12 +38,28 @@ impl<'a> Timeline<'a> {
             written: 0,
             origin,
             tracks: FxHashMap::default(),
+            drawn: FxHashSet::default(),
             next_track: 1,
             children_first: false,
         })
     }
 
-    pub fn end(self) -> Result<()> {
+    /// Ends the timeline. A track that holds only the fork slices of a parent that was not
+    /// drawn (the filter left it out) is named as such, so that it is not a bare number.
+    pub fn end(mut self) -> Result<()> {
+        let mut undrawn: Vec<(usize, u32)> = self
+            .tracks
+            .iter()
+            .filter(|(key, _)| !self.drawn.contains(key))
+            .map(|(key, &track)| (track, key.pid))
+            .collect();
+        undrawn.sort_unstable();
+        for (track, pid) in undrawn {
+            self.emit(json!({
+                "name": "process_name", "ph": "M", "pid": track,
+                "args": {"name": format!("[{pid}] (not drawn: outside the filter)")},
+            }))?;
+        }
         self.out.write_all(b"\n]}\n")?;
         Ok(())
     }
@@ -89,6 +107,8 @@ impl<'a> Timeline<'a> {
         let id = self.track(p.key);
         if self.children_first {
             self.tracks.remove(&p.key);
+        } else {
+            self.drawn.insert(p.key);
         }
         let bin = escape(binary);
         self.emit(json!({
@@ -273,5 +293,57 @@ mod tests {
         assert_eq!(slices("exec"), 1);
         assert_eq!(slices("exec_prepare") + slices("exec_load"), 0);
         assert_eq!(slices("exit_teardown"), 2, "both exits were seen");
+    }
+
+    /// A parent that the filter leaves out still holds its child's fork slice: its track is
+    /// named as not drawn, in memory and in a stream alike, instead of being a bare number.
+    #[test]
+    fn a_parent_left_out_by_the_filter_has_a_named_track() {
+        let mut t = Trace::default();
+        let sh = key(300, 1_000);
+        let child = key(301, 5_000_000);
+        t.ingest(exec(sh, 200_000, b"/bin/sh", 0, 0));
+        t.ingest(spawn(sh, child, 56, SIGCHLD));
+        t.ingest(exec(child, 9_000_000, b"/bin/ls", 0, 0));
+        t.ingest(exit(child, 0));
+        t.ingest(exit(sh, 0));
+        let filter = Filter {
+            binary: Some("ls".into()),
+            ..Filter::default()
+        };
+        let names = |out: &[u8]| -> Vec<String> {
+            let json: Value = serde_json::from_slice(out).unwrap();
+            let mut names: Vec<String> = json["traceEvents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["ph"] == "M")
+                .map(|e| e["args"]["name"].as_str().unwrap().to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        let want = vec![
+            "/bin/ls [301]".to_string(),
+            "[300] (not drawn: outside the filter)".to_string(),
+        ];
+        let mut out = Vec::new();
+        write(&t, &filter, &mut out).unwrap();
+        assert_eq!(names(&out), want);
+        // The same children first, as a stream draws them.
+        let mut out = Vec::new();
+        let mut timeline = Timeline::begin(&mut out, 0).unwrap();
+        timeline.children_first = true;
+        let all = t.by_start();
+        let binaries = t.binaries(&all);
+        for &i in all.iter().rev() {
+            if filter.matches(&t.processes[i], &binaries[i], 0) {
+                timeline
+                    .process(&t.processes[i], &binaries[i].last, t.last_ns)
+                    .unwrap();
+            }
+        }
+        timeline.end().unwrap();
+        assert_eq!(names(&out), want);
     }
 }

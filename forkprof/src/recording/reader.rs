@@ -262,9 +262,9 @@ impl Recording {
         assembler.finish(sink)
     }
 
-    /// The tables' records, merged by timestamp, read on a thread of its own (with its own connection to the file), so that
-    /// reading rows, which is most of the work, and using the records take a CPU each:
-    /// `sink` runs on this thread.
+    /// The tables' records, merged by timestamp, read on a thread of its own (with its own
+    /// connection to the file), so that reading rows, which is most of the work, and using
+    /// the records take a CPU each: `sink` runs on this thread.
     pub fn stream_on_a_thread(
         &self,
         keep_args: bool,

@@ -5,8 +5,8 @@
 //! `cargo xtask test` runs them as root and sets `FORKPROF_REQUIRE_ROOT=1`: there a missing
 //! root fails the test, so CI never skips silently.
 use std::io::Write as _;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -351,5 +351,183 @@ pub fn wait_for<T>(
             "timed out waiting for {what}"
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so that a failing test
+/// leaves no `forkprof monitor` or Prometheus server behind. `.0` is the child, for a test
+/// that stops it itself.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// As [`Killed`], but stopped with SIGTERM, which a child can act on: `strace` ends its
+/// tracee with it, and a `forkprof monitor` that a shell exec'd into receives it itself.
+pub struct Terminated(pub Child);
+
+impl Drop for Terminated {
+    fn drop(&mut self) {
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// A TCP port on 127.0.0.1 that the kernel found free a moment ago (it picks one for port
+/// 0), for a server the test starts. Something else could take it before the server does;
+/// on a test machine nothing does.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `forkprof monitor --listen 127.0.0.1:PORT FLAGS...`, its stderr discarded, killed when
+/// dropped. Its /metrics answers once its programs are attached: wait for [`scrape`].
+pub fn monitor(port: u16, flags: &[&str]) -> Killed {
+    Killed(
+        Command::new(forkprof())
+            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
+            .args(flags)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// What `curl -sf --max-time 5 ARGS...` prints, or `None` when it fails: no server (yet),
+/// an HTTP error, or no answer within 5 s. The tests poll the servers they start with it.
+pub fn curl(args: &[&str]) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5"])
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The body of http://127.0.0.1:PORT/metrics (a `forkprof monitor`'s), if it answers.
+pub fn scrape(port: u16) -> Option<String> {
+    curl(&[&format!("http://127.0.0.1:{port}/metrics")])
+}
+
+/// A real Prometheus server on a free port that scrapes 127.0.0.1:`target` every second,
+/// its data under `dir`, killed when dropped; returns once it has scraped the target
+/// (`up` is 1, within 30 s), with its port for [`query`].
+pub fn prometheus(dir: &Path, target: u16) -> (Killed, u16) {
+    let port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: forkprof\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        ),
+    )
+    .unwrap();
+    let server = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (cargo xtask setup installs it)"),
+    );
+    wait_for(
+        "prometheus to scrape forkprof",
+        std::time::Duration::from_secs(30),
+        || query(port, "up{job=\"forkprof\"}").filter(|&v| v == 1.0),
+    );
+    (server, port)
+}
+
+/// The value of the PromQL instant query `q` on the Prometheus server at 127.0.0.1:`prom`,
+/// if it gives exactly one series: none means no data yet, and more would make "the" value
+/// a matter of which came first.
+pub fn query(prom: u16, q: &str) -> Option<f64> {
+    let url = format!("http://127.0.0.1:{prom}/api/v1/query");
+    let body = curl(&["-G", &url, "--data-urlencode", &format!("query={q}")])?;
+    let v: Value = serde_json::from_str(&body).ok()?;
+    let result = v["data"]["result"].as_array()?;
+    if result.len() != 1 {
+        return None;
+    }
+    result[0]["value"][1].as_str()?.parse().ok()
+}
+
+/// A detached tmux session running a bare bash in a `width` x 50 terminal, killed when
+/// dropped: `top`'s TUI needs a real terminal, and tmux lets the test type into it and read
+/// its screen.
+pub struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    /// Starts session `NAME-PID` (the pid keeps tests run side by side apart).
+    pub fn new(name: &str, width: u32) -> Self {
+        let session = format!("{name}-{}", std::process::id());
+        let st = Command::new("tmux")
+            .args(["new-session", "-d", "-s", &session, "-x"])
+            .arg(width.to_string())
+            .args(["-y", "50", "bash --norc --noprofile"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        Self { session }
+    }
+
+    /// Types `keys`, as `tmux send-keys` spells them (`Enter`, or text).
+    pub fn keys(&self, keys: &[&str]) {
+        let st = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// The text on the screen now.
+    pub fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Whether the terminal shows its alternate screen (a full-screen program is running).
+    pub fn alternate_screen(&self) -> bool {
+        let out = Command::new("tmux")
+            .args([
+                "display-message",
+                "-p",
+                "-t",
+                &self.session,
+                "#{alternate_on}",
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
     }
 }

@@ -14,10 +14,13 @@ use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{Groups, forkprof, needs_root, shown_cgroup, tempdir, wait_for, workload};
+use forkprof_tests::{
+    Groups, Killed, Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape,
+    shown_cgroup, tempdir, wait_for, workload,
+};
 
 /// The three workloads: `fp-workload spawn fork N /bin/true`, 40 in `a`, 60 in `b` (each by
 /// an `sh` that moves itself there and execs it), 20 outside; returns when all are done.
@@ -49,46 +52,6 @@ fn run_workloads(a: &Path, b: &Path) {
     }
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn curl(args: &[&str]) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5"])
-        .args(args)
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Prometheus's value for an instant query, if it has exactly one series.
-fn query(prom: u16, q: &str) -> Option<f64> {
-    let url = format!("http://127.0.0.1:{prom}/api/v1/query");
-    let body = curl(&["-G", &url, "--data-urlencode", &format!("query={q}")])?;
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    let result = v["data"]["result"].as_array()?;
-    if result.len() != 1 {
-        return None;
-    }
-    result[0]["value"][1].as_str()?.parse().ok()
-}
-
 #[test]
 fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
     needs_root!();
@@ -97,46 +60,10 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
     // K is larger than the cgroups any host spawns in at once: the groups get their own
     // series from their first process, which is what makes their counts exact (a group
     // that enters the top K later counts from then on; what it did before is in `other`).
-    let _monitor = Killed(
-        Command::new(forkprof())
-            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--top-cgroups", "1000"])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let _monitor = monitor(port, &["--top-cgroups", "1000"]);
     // /metrics answers once the programs are attached.
-    wait_for("/metrics", Duration::from_secs(30), || {
-        curl(&[&metrics_url])
-    });
-    let prom = free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: forkprof\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (cargo xtask setup installs it)"),
-    );
-    wait_for(
-        "prometheus to scrape forkprof",
-        Duration::from_secs(30),
-        || query(prom, "up{job=\"forkprof\"}").filter(|&v| v == 1.0),
-    );
+    wait_for("/metrics", Duration::from_secs(30), || scrape(port));
+    let (_prometheus, prom) = prometheus(&dir, port);
     // Made after forkprof started: their names come from a walk of the hierarchy on a
     // miss, not from the one at start.
     let mut groups = Groups::new("monitor");
@@ -281,49 +208,6 @@ fn top_plain_by_cgroup_counts_each_group_and_marks_a_removed_one() {
         rows.iter().all(|r| [&sa, &sb, &c_gone].contains(r)),
         "only a, b and c (gone) of the test's groups: {rows:?}"
     );
-}
-
-struct Tmux {
-    session: String,
-}
-
-impl Tmux {
-    fn new(name: &str, width: u32) -> Self {
-        let session = format!("{name}-{}", std::process::id());
-        let st = Command::new("tmux")
-            .args(["new-session", "-d", "-s", &session, "-x"])
-            .arg(width.to_string())
-            .args(["-y", "50", "bash --norc --noprofile"])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        Self { session }
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let st = Command::new("tmux")
-            .args(["send-keys", "-t", &self.session])
-            .args(keys)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.session])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.session])
-            .status();
-    }
 }
 
 /// The TOTAL column of the row whose name cell (the first) satisfies `is_row`.

@@ -3,7 +3,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, needs_root, tempdir, wait_for};
+use forkprof_tests::{
+    Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape, tempdir, wait_for,
+};
 
 /// A uniquely named copy of `true` and a shell loop that runs it `n` times.
 fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
@@ -13,77 +15,12 @@ fn probe(dir: &Path, name: &str, n: u32) -> (PathBuf, String) {
     (bin, script)
 }
 
-struct Tmux {
-    session: String,
-}
-
-impl Tmux {
-    fn new(name: &str) -> Self {
-        let session = format!("{name}-{}", std::process::id());
-        let st = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                &session,
-                "-x",
-                "200",
-                "-y",
-                "50",
-                "bash --norc --noprofile",
-            ])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        Self { session }
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let st = Command::new("tmux")
-            .args(["send-keys", "-t", &self.session])
-            .args(keys)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.session])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn alternate_screen(&self) -> bool {
-        let out = Command::new("tmux")
-            .args([
-                "display-message",
-                "-p",
-                "-t",
-                &self.session,
-                "#{alternate_on}",
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim() == "1"
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.session])
-            .status();
-    }
-}
-
 #[test]
 fn top_in_a_real_terminal() {
     needs_root!();
     let dir = tempdir();
     let (_, script) = probe(&dir, "fp-top-probe", 100_000);
-    let t = Tmux::new("fptop");
+    let t = Tmux::new("fptop", 200);
     t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
     wait_for("top's header", Duration::from_secs(20), || {
         t.screen().contains("sort: spawns/s").then_some(())?;
@@ -226,7 +163,7 @@ fn top_shows_a_steady_rate_every_second() {
     needs_root!();
     let dir = tempdir();
     let loop_ = Paced::start(&dir, "fp-steady-probe");
-    let t = Tmux::new("fpsteady");
+    let t = Tmux::new("fpsteady", 200);
     t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
     wait_for("top's header", Duration::from_secs(20), || {
         t.screen().contains("sort: spawns/s").then_some(())?;
@@ -302,46 +239,6 @@ fn top_once_shows_one_full_interval_with_rows() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http_get(url: &str) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", url])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Prometheus's value for an instant query, if it has one.
-fn query(prom: u16, q: &str) -> Option<f64> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", "-G"])
-        .arg(format!("http://127.0.0.1:{prom}/api/v1/query"))
-        .arg("--data-urlencode")
-        .arg(format!("query={q}"))
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-}
-
 #[test]
 fn monitor_is_scraped_by_a_real_prometheus() {
     needs_root!();
@@ -350,49 +247,9 @@ fn monitor_is_scraped_by_a_real_prometheus() {
     // K larger than the binaries a busy host spawns while the test runs: the probe gets its
     // series from its first run, which is what makes its count exact (a binary that
     // enters the top K later counts from then on; what it did before is in `other`).
-    let monitor = Killed(
-        Command::new(forkprof())
-            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--top-binaries", "1000"])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
-    wait_for("/metrics", Duration::from_secs(20), || {
-        http_get(&metrics_url)
-    });
-    let prom = free_port();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: forkprof\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
-        ),
-    )
-    .unwrap();
-    let _prometheus = Killed(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (apt-get install prometheus)"),
-    );
-    wait_for(
-        "prometheus to scrape forkprof",
-        Duration::from_secs(30),
-        || {
-            query(prom, "up{job=\"forkprof\"}")
-                .filter(|&v| v == 1.0)
-                .map(|_| String::new())
-        },
-    );
+    let monitor = monitor(port, &["--top-binaries", "1000"]);
+    wait_for("/metrics", Duration::from_secs(20), || scrape(port));
+    let (_prometheus, prom) = prometheus(&dir, port);
     let before = query(prom, "sum(forkprof_execs_total{result=\"ok\"})").unwrap_or(0.0);
     let (_, script) = probe(&dir, "fp-mon-probe", 50);
     assert!(

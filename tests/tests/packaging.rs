@@ -6,10 +6,13 @@
 //! systemd is not PID 1 on the machines these tests run on, so the unit itself cannot be
 //! started: its parts are checked one by one instead (what the kernel sees of them).
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use forkprof_tests::{forkprof, needs_root, root_required, succeeded, target_dir, tempdir};
+use forkprof_tests::{
+    Terminated, forkprof, free_port, needs_root, root_required, scrape, succeeded, target_dir,
+    tempdir, wait_for,
+};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -148,33 +151,6 @@ fn unit_passes_systemd_analyze_verify_and_security() {
     let _ = std::fs::remove_dir_all(unit.parent().unwrap());
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn scrape(port: u16) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5"])
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
-        .output()
-        .ok()?;
-    out.status.success().then(|| text(&out.stdout))
-}
-
 /// The value of one sample line `name{labels} value` in a scrape.
 fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
@@ -183,16 +159,11 @@ fn sample(body: &str, series: &str) -> Option<f64> {
 
 /// Scrapes until `done` holds for the body (30 s at most).
 fn scrape_until(port: u16, what: &str, done: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(body) = scrape(port)
-            && done(&body)
-        {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "monitor never {what}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_for(
+        &format!("monitor to have {what}"),
+        Duration::from_secs(30),
+        || scrape(port).filter(|body| done(body)),
+    )
 }
 
 /// Spawns /usr/bin/true `n` times, waiting for each.
@@ -225,7 +196,7 @@ fn monitor_runs_with_the_units_credentials_and_read_only_file_systems() {
            {bin} monitor --listen 127.0.0.1:{port} --top-binaries 1000",
         bin = binary.display()
     );
-    let monitor = Killed(
+    let monitor = Terminated(
         Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh", "-c", &script])
             .stdout(Stdio::null())
@@ -308,7 +279,7 @@ fn monitor_makes_only_system_calls_the_units_filter_allows() {
         .stderr(Stdio::null())
         .spawn()
         .expect("strace (cargo xtask setup installs it)");
-    let strace = Killed(strace);
+    let strace = Terminated(strace);
     scrape_until(port, "served /metrics under strace", |b| {
         b.contains("forkprof_spawns_total")
     });

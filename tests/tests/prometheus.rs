@@ -2,32 +2,15 @@
 //! OpenMetrics when the scraper asks for it, the text format 0.0.4 otherwise, and
 //! `promtool check metrics` accepts what it serves (it used to fail on `unknown metric type
 //! "info"`, because OpenMetrics was served whatever the scraper asked for).
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use forkprof_tests::{forkprof, needs_root};
-
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use forkprof_tests::{curl, free_port, monitor, needs_root, wait_for};
 
 /// The response's Content-Type and body for `url`, asking with `accept`.
-fn scrape(url: &str, accept: &str) -> Option<(String, String)> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", "-H"])
-        .arg(format!("Accept: {accept}"))
-        .args(["-w", "\n%{content_type}", url])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+fn scrape_as(url: &str, accept: &str) -> Option<(String, String)> {
+    let accept = format!("Accept: {accept}");
+    let text = curl(&["-H", &accept, "-w", "\n%{content_type}", url])?;
     let (body, kind) = text.rsplit_once('\n')?;
     Some((kind.to_string(), body.to_string()))
 }
@@ -53,27 +36,12 @@ fn promtool_check(body: &str) -> std::process::Output {
 #[test]
 fn both_exposition_formats_pass_promtool() {
     needs_root!();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _monitor = Killed(
-        Command::new(forkprof())
-            .args(["monitor", "--listen", &format!("127.0.0.1:{port}")])
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let port = free_port();
+    let _monitor = monitor(port, &[]);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let text = loop {
-        if let Some(r) = scrape(&url, "text/plain;version=0.0.4") {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "monitor never served /metrics");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let text = wait_for("/metrics", Duration::from_secs(20), || {
+        scrape_as(&url, "text/plain;version=0.0.4")
+    });
     assert!(
         text.0.starts_with("text/plain; version=0.0.4"),
         "{}",
@@ -89,7 +57,7 @@ fn both_exposition_formats_pass_promtool() {
     );
     // What Prometheus sends: OpenMetrics first.
     let prometheus_accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-    let om = scrape(&url, prometheus_accept).expect("OpenMetrics scrape");
+    let om = scrape_as(&url, prometheus_accept).expect("OpenMetrics scrape");
     assert!(om.0.starts_with("application/openmetrics-text"), "{}", om.0);
     assert!(om.1.trim_end().ends_with("# EOF"), "{}", om.1);
     // The same samples either way.

@@ -274,60 +274,45 @@ impl Recording {
         // One reader for all four tables: two readers (two tables each) left the two CPUs
         // of the machine measured with more to do than one reader and the sink (1M
         // processes: 2.7-3.6 s against 2.5 s).
-        const READERS: [&[usize]; 1] = [&[0, 1, 2, 3]];
         std::thread::scope(|scope| {
-            let mut readers = Vec::new();
-            let mut inputs = Vec::new();
-            for which in READERS {
-                let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
-                let path = self.path.clone();
-                readers.push(scope.spawn(move || -> anyhow::Result<()> {
-                    let recording = Recording::open(&path)?;
-                    let mut batch = Vec::with_capacity(BATCH);
-                    recording.stream_tables(keep_args, which, &mut |r| {
-                        batch.push(r);
-                        if batch.len() == BATCH {
-                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                            // The receiver is gone only when the sink failed: stop reading.
-                            tx.send(full).map_err(|_| anyhow::anyhow!("stopped"))?;
-                        }
-                        Ok(())
-                    })?;
-                    if !batch.is_empty() {
-                        let _ = tx.send(batch);
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
+            let path = self.path.clone();
+            let reader = scope.spawn(move || -> anyhow::Result<()> {
+                let recording = Recording::open(&path)?;
+                let mut batch = Vec::with_capacity(BATCH);
+                recording.stream_tables(keep_args, &mut |r| {
+                    batch.push(r);
+                    if batch.len() == BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                        // The receiver is gone only when the sink failed: stop reading.
+                        tx.send(full).map_err(|_| anyhow::anyhow!("stopped"))?;
                     }
                     Ok(())
-                }));
-                inputs.push(Input {
-                    rx,
-                    batch: Vec::new().into_iter().peekable(),
-                });
-            }
-            let used = merge(&mut inputs, sink);
-            drop(inputs);
-            let mut read = Ok(());
-            for r in readers {
-                let joined = r
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a reader panicked")));
-                read = read.and(joined);
-            }
-            // The sink's error comes first: the readers' is then only "stopped".
+                })?;
+                if !batch.is_empty() {
+                    let _ = tx.send(batch);
+                }
+                Ok(())
+            });
+            let used = rx.iter().flatten().try_for_each(&mut *sink);
+            drop(rx);
+            let read = reader
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the reader panicked")));
+            // The sink's error comes first: the reader's is then only "stopped".
             used.and(read)
         })
     }
 
-    /// The records of some of the tables (indices into `tables`), merged by timestamp.
-    /// Each table is read in the order it was written, which is close to time order (see
-    /// `model::assemble`). `keep_args`: read exec arguments.
+    /// The records of the event tables, merged by timestamp. Each table is read in the
+    /// order it was written, which is close to time order (see `model::assemble`).
+    /// `keep_args`: read exec arguments.
     fn stream_tables(
         &self,
         keep_args: bool,
-        which: &[usize],
         sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let all = self.tables(keep_args, true);
-        let tables: Vec<_> = which.iter().map(|&i| all[i].clone()).collect();
+        let tables = self.tables(keep_args, true);
         let mut stmts = Vec::with_capacity(tables.len());
         for (sql, _) in &tables {
             stmts.push(self.conn.prepare(sql).map_err(|e| self.err(e))?);
@@ -476,46 +461,6 @@ impl Recording {
                 exit_row,
             ),
         ]
-    }
-}
-
-/// One reader's records, a batch at a time.
-struct Input {
-    rx: std::sync::mpsc::Receiver<Vec<Record>>,
-    batch: std::iter::Peekable<std::vec::IntoIter<Record>>,
-}
-
-impl Input {
-    /// The timestamp of the next record, receiving a batch when needed; None at the end.
-    fn peek_ts(&mut self) -> Option<u64> {
-        loop {
-            if let Some(r) = self.batch.peek() {
-                return Some(record_ts(r));
-            }
-            self.batch = self.rx.recv().ok()?.into_iter().peekable();
-        }
-    }
-}
-
-/// Hands `sink` the records of `inputs`, merged by timestamp.
-fn merge(
-    inputs: &mut [Input],
-    sink: &mut dyn FnMut(Record) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    loop {
-        let mut best: Option<(u64, usize)> = None;
-        for (i, input) in inputs.iter_mut().enumerate() {
-            if let Some(ts) = input.peek_ts()
-                && best.is_none_or(|(b, _)| ts < b)
-            {
-                best = Some((ts, i));
-            }
-        }
-        let Some((_, i)) = best else {
-            return Ok(());
-        };
-        let record = inputs[i].batch.next().expect("peeked");
-        sink(record)?;
     }
 }
 

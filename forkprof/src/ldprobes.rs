@@ -22,7 +22,11 @@ const LIBC_PROGRAM: &str = "forkprof_libc_start_main";
 
 #[derive(Default)]
 pub struct LdProbes {
+    /// The interpreters probed, by (device, inode).
     inodes: HashSet<(u64, u64)>,
+    /// The exec'd binaries whose interpreter was looked up, by (device, inode): each is read
+    /// once, so that an exec costs the agent one stat, not a read of the whole binary.
+    binaries: HashSet<(u64, u64)>,
     /// Every object a probe is attached to.
     pub attached: Vec<PathBuf>,
     /// Objects that could not be probed, with why.
@@ -93,7 +97,14 @@ impl LdProbes {
         } else {
             PathBuf::from("/")
         };
-        let Interp::Dynamic(interp) = interp_of(&root.join(rel)) else {
+        let binary = root.join(rel);
+        let Ok(meta) = std::fs::metadata(&binary) else {
+            return;
+        };
+        if !self.binaries.insert((meta.dev(), meta.ino())) {
+            return;
+        }
+        let Interp::Dynamic(interp) = interp_of(&binary) else {
             return;
         };
         let interp = root.join(interp.trim_start_matches('/'));

@@ -15,6 +15,11 @@ pub(super) enum Tool {
     /// `forkprof run` with FORKPROF_BENCH_EMPTY=1: the same hooks, every program returning
     /// at entry (the floor forkprof's own work sits on)
     ForkprofEmpty,
+    /// `forkprof run --precise-ld`: uprobes on ld.so's `_dl_debug_state` and libc's
+    /// `__libc_start_main` bracket the dynamic linker
+    ForkprofPreciseLd,
+    /// `forkprof run --precise-ld` with FORKPROF_BENCH_EMPTY=1: its floor, uprobes included
+    ForkprofPreciseLdEmpty,
     /// `forkprof record` of the whole system, started before the loop and stopped after it
     Record,
     /// `forkprof record --cgroup` of an empty cgroup made for the bench, around the loop
@@ -30,10 +35,12 @@ pub(super) enum Tool {
     Bpftrace,
 }
 
-pub(super) const ALL_TOOLS: [Tool; 9] = [
+pub(super) const ALL_TOOLS: [Tool; 11] = [
     Tool::Control,
     Tool::Forkprof,
     Tool::ForkprofEmpty,
+    Tool::ForkprofPreciseLd,
+    Tool::ForkprofPreciseLdEmpty,
     Tool::Record,
     Tool::RecordCgroup,
     Tool::Monitor,
@@ -51,6 +58,8 @@ impl Tool {
             Tool::Control => "bare again (A/A)",
             Tool::Forkprof => "forkprof run",
             Tool::ForkprofEmpty => "forkprof run, empty programs",
+            Tool::ForkprofPreciseLd => "forkprof run --precise-ld",
+            Tool::ForkprofPreciseLdEmpty => "forkprof run --precise-ld, empty programs",
             Tool::Record => "forkprof record",
             Tool::RecordCgroup => "forkprof record --cgroup (idle)",
             Tool::Monitor => "forkprof monitor",
@@ -66,6 +75,8 @@ impl Tool {
             self,
             Tool::Forkprof
                 | Tool::ForkprofEmpty
+                | Tool::ForkprofPreciseLd
+                | Tool::ForkprofPreciseLdEmpty
                 | Tool::Record
                 | Tool::RecordCgroup
                 | Tool::Monitor
@@ -78,6 +89,8 @@ impl Tool {
             Tool::Control
             | Tool::Forkprof
             | Tool::ForkprofEmpty
+            | Tool::ForkprofPreciseLd
+            | Tool::ForkprofPreciseLdEmpty
             | Tool::Record
             | Tool::RecordCgroup
             | Tool::Monitor => None,
@@ -149,7 +162,10 @@ impl Paths {
     /// The benchmark switches a run of `tool` gets (after `clean_env`).
     pub(super) fn env(&self, tool: Option<Tool>) -> Vec<(&'static str, &'static str)> {
         let mut env = Vec::new();
-        if tool == Some(Tool::ForkprofEmpty) {
+        if matches!(
+            tool,
+            Some(Tool::ForkprofEmpty | Tool::ForkprofPreciseLdEmpty)
+        ) {
             env.push(("FORKPROF_BENCH_EMPTY", "1"));
         }
         if let (Some(only), Some(t)) = (self.only, tool)
@@ -188,15 +204,25 @@ exit $status"#,
         let n = iterations.to_string();
         let mut cmd = match tool {
             None | Some(Tool::Control) => Command::new(&self.spawn_loop),
-            Some(t @ (Tool::Forkprof | Tool::ForkprofEmpty)) => {
-                // The check under the table reads the real run's report only.
-                let report = if t == Tool::Forkprof {
-                    "forkprof-report.json"
-                } else {
-                    "forkprof-empty-report.json"
+            Some(
+                t @ (Tool::Forkprof
+                | Tool::ForkprofEmpty
+                | Tool::ForkprofPreciseLd
+                | Tool::ForkprofPreciseLdEmpty),
+            ) => {
+                // The check under the table reads the real default run's report only.
+                let report = match t {
+                    Tool::Forkprof => "forkprof-report.json",
+                    Tool::ForkprofEmpty => "forkprof-empty-report.json",
+                    Tool::ForkprofPreciseLd => "forkprof-precise-ld-report.json",
+                    _ => "forkprof-precise-ld-empty-report.json",
                 };
                 let mut c = Command::new(&self.forkprof);
-                c.args(["run", "--json", "--report"])
+                c.arg("run");
+                if matches!(t, Tool::ForkprofPreciseLd | Tool::ForkprofPreciseLdEmpty) {
+                    c.arg("--precise-ld");
+                }
+                c.args(["--json", "--report"])
                     .arg(self.dir.join(report))
                     .arg("--")
                     .arg(&self.spawn_loop);
@@ -298,7 +324,7 @@ pub(super) fn cgroup2_mount() -> Option<PathBuf> {
 }
 
 /// An empty cgroup v2 group for `Tool::RecordCgroup`: nothing ever runs in it, so forkprof
-/// follows no process, and all the loop outside it pays is the hooks' dispatch and the
+/// follows no process and leaves its hot hooks off; all the loop outside it pays is the
 /// scope check of each fork, exec and exit. Removed when dropped.
 pub(super) struct IdleCgroup {
     dir: PathBuf,
@@ -481,6 +507,16 @@ mod tests {
         assert_eq!(
             p.env(Some(Tool::ForkprofEmpty)),
             vec![("FORKPROF_BENCH_EMPTY", "1")]
+        );
+        assert_eq!(
+            p.env(Some(Tool::ForkprofPreciseLdEmpty)),
+            vec![("FORKPROF_BENCH_EMPTY", "1")]
+        );
+        let precise = line(p, Some(Tool::ForkprofPreciseLd));
+        assert!(
+            precise.contains(" run --precise-ld --json")
+                && precise.ends_with(&format!("-- {l} 3 {t}")),
+            "{precise}"
         );
         paths.only = Some("mmap");
         assert_eq!(

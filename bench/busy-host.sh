@@ -1,0 +1,45 @@
+#!/bin/bash
+# forkprof's own work per spawn in trace-all mode on a busy host (the overhead issue's
+# condition): 10,000 idle processes alive, and two fork+exec loops spawning at once.
+# For `record` and `monitor`, with the real programs and with empty ones (the floor), it
+# prints the time inside forkprof's eBPF programs per spawn, from kernel.bpf_stats_enabled.
+# Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
+#   [ROUNDS=2] bench/busy-host.sh [ITERATIONS]
+set -eu
+root=$(cd "$(dirname "$0")/.." && pwd)
+fp=$root/target/release/forkprof
+loop=$root/target/bench/spawn_loop
+true_dyn=$root/target/bench/true_dyn
+n=${1:-2000}
+work=$(mktemp -d)
+trap 'kill $(cat "$work"/idle.pids) 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 10000); do sleep 3600 & echo $! >> "$work/idle.pids"; done
+measure() { # MODE LABEL [ENV...]
+  local mode=$1 label=$2; shift 2
+  local ready args
+  case $mode in
+    record) args=(record --force -o "$work/r.db"); ready='forkprof: recording' ;;
+    monitor) args=(monitor --listen 127.0.0.1:0); ready='forkprof: serving metrics' ;;
+  esac
+  env "$@" "$fp" "${args[@]}" 2>"$work/agent.err" & local agent=$!
+  until grep -q "^$ready" "$work/agent.err"; do sleep 0.05; done
+  sysctl -qw kernel.bpf_stats_enabled=1
+  "$loop" "$n" "$true_dyn" >/dev/null & local a=$!
+  "$loop" "$n" "$true_dyn" >/dev/null & local b=$!
+  wait $a $b
+  bpftool prog show -j > "$work/progs.json"
+  sysctl -qw kernel.bpf_stats_enabled=0
+  kill -INT $agent; wait $agent || true
+  python3 - "$work/progs.json" "$((2 * n))" "$label" <<'PY'
+import json, sys
+progs, spawns, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+ns = sum(p.get("run_time_ns", 0) for p in progs if p.get("name", "").startswith("forkprof"))
+print(f"{label:<24} {ns / spawns / 1000:6.2f} us per spawn in forkprof's programs")
+PY
+}
+for mode in record monitor; do
+  for _ in $(seq "${ROUNDS:-2}"); do
+    measure $mode "$mode (real)"
+    measure $mode "$mode (empty)" FORKPROF_BENCH_EMPTY=1
+  done
+done

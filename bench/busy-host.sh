@@ -4,7 +4,7 @@
 # For `record` and `monitor`, with the real programs and with empty ones (the floor), it
 # prints the time inside forkprof's eBPF programs per spawn, from kernel.bpf_stats_enabled.
 # Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
-#   [ROUNDS=2] bench/busy-host.sh [ITERATIONS]
+#   [IDLE=10000] [ROUNDS=2] bench/busy-host.sh [ITERATIONS]
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 fp=$root/target/release/forkprof
@@ -13,7 +13,8 @@ true_dyn=$root/target/bench/true_dyn
 n=${1:-2000}
 work=$(mktemp -d)
 trap 'kill $(cat "$work"/idle.pids) 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 10000); do sleep 3600 & echo $! >> "$work/idle.pids"; done
+touch "$work/idle.pids"
+for _ in $(seq "${IDLE:-10000}"); do sleep 3600 & echo $! >> "$work/idle.pids"; done
 measure() { # MODE LABEL [ENV...]
   local mode=$1 label=$2; shift 2
   local ready args

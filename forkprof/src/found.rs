@@ -57,6 +57,16 @@ impl Snapshot {
         self.found.extend(found.into_iter().map(|f| (f.pid, f)));
     }
 
+    /// The processes of a `--cgroup` scope now (the cgroup directory `dir` and those below
+    /// it), and, at first sight, one first seen mid-life that came into it later. Only the
+    /// scope's are read at the start: a label of a process outside it could be handed to a
+    /// later arrival that reuses its pid.
+    pub fn of_scope(dir: &std::path::Path) -> Self {
+        let mut snapshot = Self::default();
+        snapshot.add(&crate::cgroups::processes_below(dir));
+        snapshot.and_late_arrivals()
+    }
+
     /// Also labels, from /proc at first sight, a process first seen mid-life that was not
     /// running at the start: one that entered a `--cgroup` scope from outside.
     pub fn and_late_arrivals(mut self) -> Self {

@@ -213,6 +213,12 @@ impl Tracer {
             ..Default::default()
         })?;
         let arming = match scope {
+            // The root cgroup has no cgroup.events, and always has processes: armed now.
+            Some(scope) if !scope.dir().join("cgroup.events").exists() => {
+                loader::arm(&mut loaded)
+                    .with_context(|| format!("attaching the hooks for cgroup {}", scope.path))?;
+                None
+            }
             Some(scope) if !loaded.deferred.is_empty() => Some(Arming {
                 watch: scope
                     .watch_populated()
@@ -336,12 +342,7 @@ fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: R
         }
         trace.found(f);
     }
-    let cgroup = match &record {
-        Record::Spawn(r) => r.cgroup_id,
-        Record::Exec(r) => r.cgroup_id,
-        Record::Exit(r) => r.cgroup_id,
-        Record::Ld(_) => 0,
-    };
+    let cgroup = record.cgroup_id();
     if cgroup != 0
         && !trace.knows_cgroup(cgroup)
         && let Some(path) = names.cgroups.get(cgroup)
@@ -409,7 +410,7 @@ impl TraceSession {
         // Read after the programs are attached: a process missing from it is seen created,
         // or (with a scope) came into the scope later.
         let found = match (opts.trace_all, scope) {
-            (true, Some(_)) => Snapshot::all().and_late_arrivals(),
+            (true, Some(scope)) => Snapshot::of_scope(scope.dir()),
             (true, None) => Snapshot::all(),
             (false, _) => Snapshot::default(),
         };
@@ -568,12 +569,7 @@ fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record
     for f in found.first_sight(&record).iter().flatten() {
         live.found(f);
     }
-    let cgroup = match &record {
-        Record::Spawn(r) => r.cgroup_id,
-        Record::Exec(r) => r.cgroup_id,
-        Record::Exit(r) => r.cgroup_id,
-        Record::Ld(_) => 0,
-    };
+    let cgroup = record.cgroup_id();
     if cgroup != 0
         && !live.knows_cgroup(cgroup)
         && let Some(path) = cgroups.get(cgroup)
@@ -598,7 +594,7 @@ impl LiveSession {
             // After the programs are attached: a process missing from it is seen created, or
             // (with a scope) came into the scope later.
             found: match scope {
-                Some(_) => Snapshot::all().and_late_arrivals(),
+                Some(scope) => Snapshot::of_scope(scope.dir()),
                 None => Snapshot::all(),
             },
             cgroups: CgroupNames::new(),

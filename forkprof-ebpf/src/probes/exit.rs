@@ -43,10 +43,11 @@ pub fn on_exit_task_only(ctx: &RawTracePointContext) {
 }
 
 /// exit_group entry, on kernels whose sched_process_exit follows exit_mm: the teardown of a
-/// process starts here.
+/// process starts here. In trace-all mode a process first seen now is followed from here, so
+/// that its teardown is timed whole (its exit would otherwise start it after exit_mm).
 pub fn on_exit_group() {
     let (tgid, _) = maps::current_ids();
-    if let Some(ps) = PROCS.get_ptr_mut(tgid) {
+    if let Some(ps) = maps::proc_state(tgid, true) {
         // SAFETY: map value of a traced process.
         let ps = unsafe { &mut *ps };
         if ps.exit_start_ns == 0 {

@@ -24,9 +24,11 @@ const LIBC_PROGRAM: &str = "forkprof_libc_start_main";
 pub struct LdProbes {
     /// The interpreters probed, by (device, inode).
     inodes: HashSet<(u64, u64)>,
-    /// The exec'd binaries whose interpreter was looked up, by (device, inode): each is read
-    /// once, so that an exec costs the agent one stat, not a read of the whole binary.
-    binaries: HashSet<(u64, u64)>,
+    /// The exec'd binaries whose interpreter was found, by the (device, inode) of the root
+    /// they ran in and their own: each is read once, so that an exec costs the agent two
+    /// stats, not a read of the whole binary. (The same inode bind-mounted into another root
+    /// may use that root's ld.so.)
+    binaries: HashSet<[u64; 4]>,
     /// Every object a probe is attached to.
     pub attached: Vec<PathBuf>,
     /// Objects that could not be probed, with why.
@@ -98,14 +100,25 @@ impl LdProbes {
             PathBuf::from("/")
         };
         let binary = root.join(rel);
-        let Ok(meta) = std::fs::metadata(&binary) else {
+        let (Ok(root_meta), Ok(meta)) = (std::fs::metadata(&root), std::fs::metadata(&binary))
+        else {
             return;
         };
-        if !self.binaries.insert((meta.dev(), meta.ino())) {
+        let id = [root_meta.dev(), root_meta.ino(), meta.dev(), meta.ino()];
+        if self.binaries.contains(&id) {
             return;
         }
-        let Interp::Dynamic(interp) = interp_of(&binary) else {
-            return;
+        let interp = match interp_of(&binary) {
+            // Not readable now (or not an ELF file): looked at again next time.
+            Interp::Unknown => return,
+            Interp::Static => {
+                self.binaries.insert(id);
+                return;
+            }
+            Interp::Dynamic(interp) => {
+                self.binaries.insert(id);
+                interp
+            }
         };
         let interp = root.join(interp.trim_start_matches('/'));
         if let Err(e) = self.attach_interpreter(ebpf, &interp) {

@@ -12,6 +12,18 @@ pub enum Record {
     Exit(ExitRecord),
 }
 
+impl Record {
+    /// The cgroup v2 id the record carries (0: none, or not known).
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Record::Spawn(r) => r.cgroup_id,
+            Record::Exec(r) => r.cgroup_id,
+            Record::Exit(r) => r.cgroup_id,
+            Record::Ld(_) => 0,
+        }
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum DecodeError {
     Short { kind: u32, len: usize, want: usize },

@@ -531,3 +531,32 @@ impl Drop for Tmux {
             .status();
     }
 }
+
+/// The tracepoints that process `pid` holds BPF links to, sorted (from its fds' fdinfo
+/// `tp_name:` lines; an fd that is gone or unreadable is left out).
+pub fn attached_tracepoints(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("tp_name:"))
+                .map(|n| n.trim().to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The raw tracepoints forkprof hooks that fire on every syscall, user page fault or
+/// mmap-lock event of every task (the mmap-lock pair only where no better source of
+/// pagetable_copy attaches).
+pub const HOT_TRACEPOINTS: &[&str] = &[
+    "sys_enter",
+    "sys_exit",
+    "page_fault_user",
+    "mmap_lock_acquire_returned",
+    "mmap_lock_released",
+];

@@ -493,21 +493,6 @@ fn wait_for_text(path: &str, text: &str) -> Result<(), String> {
     }
 }
 
-/// The tracepoints process `pid` holds BPF links to.
-fn attached_tracepoints(pid: u32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|i| {
-            i.lines()
-                .find_map(|l| l.strip_prefix("tp_name:"))
-                .map(|n| n.trim().to_string())
-        })
-        .collect()
-}
-
 /// `record --cgroup` of an empty cgroup v2 group (the init mounts cgroup2 at /sys/fs/cgroup):
 /// no hook that fires on every syscall or page fault is attached until a process comes in;
 /// then a shell there (which waits for that) and its 10 children are recorded, with their
@@ -543,7 +528,7 @@ fn cgroup_scope() -> Result<String, String> {
         stop(&mut rec);
         return Err(e);
     }
-    let idle = attached_tracepoints(rec.id());
+    let idle = forkprof_tests::attached_tracepoints(rec.id());
     let hot = ["sys_enter", "sys_exit", "page_fault_user"];
     if idle.is_empty() || hot.iter().any(|h| idle.iter().any(|t| t == h)) {
         stop(&mut rec);
@@ -564,7 +549,7 @@ fn cgroup_scope() -> Result<String, String> {
         }
     };
     let armed = wait_for_text(err, "hooks are attached now");
-    let attached = attached_tracepoints(rec.id());
+    let attached = forkprof_tests::attached_tracepoints(rec.id());
     let _ = shell.stdin.take().map(|mut i| writeln!(i, "go"));
     let shell_ok = shell.wait().is_ok_and(|st| st.success());
     let outside = exec(&[WORKLOAD, "spawn", "fork", "5", DYN]);

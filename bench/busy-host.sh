@@ -23,7 +23,11 @@ measure() { # MODE LABEL [ENV...]
     monitor) args=(monitor --listen 127.0.0.1:0); ready='forkprof: serving metrics' ;;
   esac
   env "$@" "$fp" "${args[@]}" 2>"$work/agent.err" & local agent=$!
-  until grep -q "^$ready" "$work/agent.err"; do sleep 0.05; done
+  local waited=0
+  until grep -q "^$ready" "$work/agent.err"; do
+    kill -0 $agent 2>/dev/null && [ $waited -lt 600 ] || { cat "$work/agent.err" >&2; exit 1; }
+    sleep 0.05; waited=$((waited + 1))
+  done
   sysctl -qw kernel.bpf_stats_enabled=1
   "$loop" "$n" "$true_dyn" >/dev/null & local a=$!
   "$loop" "$n" "$true_dyn" >/dev/null & local b=$!

@@ -3,7 +3,8 @@
 use super::trace::{Process, Shared, Trace};
 
 /// What a process's cgroup is called in a report: its path under the cgroup2 mount, `?`
-/// when the kernel gave no id (no cgroup v2 hierarchy, or a recording made before schema 5),
+/// when the kernel gave no id (no cgroup v2 hierarchy, a recording made before schema 5, or
+/// one before schema 6 for a process seen only at its exit),
 /// and `cgroup ID` when the id was never named (the cgroup was created and removed between
 /// two of forkprof's looks at the hierarchy).
 pub fn label(trace: &Trace, p: &Process) -> Shared {

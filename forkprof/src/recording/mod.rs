@@ -12,6 +12,7 @@ pub use writer::Writer;
 /// 3: `execs.cow_fault_ns`, `exits.cow_fault_ns`.
 /// 4: the `found` table (processes that existed before tracing, labelled from /proc).
 /// 5: `spawns.cgroup_id`, `execs.cgroup_id` and the `cgroups` table (id -> path).
+/// 6: `exits.cgroup_id`.
 pub const RECORDING_SCHEMA: u32 = 6;
 
 pub const SCHEMA: &str = include_str!("schema.sql");

@@ -30,13 +30,16 @@ CREATE TABLE exits (
     cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL,
     child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL,
     cgroup_id INTEGER NOT NULL DEFAULT 0);
--- Processes that existed before tracing began (their rows above have start_ns 0), as /proc
--- showed them when tracing started, written when one first appears in a record: the binary
--- (/proc/PID/exe, else [comm]) and its parent's (NULL when unknown).
+-- Processes first seen mid-life (their rows above have start_ns 0): those that existed
+-- before tracing began, as /proc showed them then, and under --cgroup those that came into
+-- the scope later, as /proc showed them when the scope's hooks attached or when they first
+-- appeared. Written when one first appears in a record: the binary (/proc/PID/exe, else
+-- [comm]) and its parent's (NULL when unknown).
 CREATE TABLE found (
     pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
--- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id, exits.cgroup_id) and their paths under the
--- cgroup2 mount, written when an id is first seen (a cgroup removed later keeps its path).
+-- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id, exits.cgroup_id) and their
+-- paths under the cgroup2 mount, written when an id is first seen (a cgroup removed later
+-- keeps its path).
 CREATE TABLE cgroups (id INTEGER PRIMARY KEY, path TEXT NOT NULL);
 -- Written when the recording ends: one row per process, and its phases.
 CREATE TABLE processes (

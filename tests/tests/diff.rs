@@ -90,11 +90,13 @@ fn dynamic_to_static_drops_the_dynamic_linker() {
     assert_eq!(row(&v, &stat)["status"], "new", "{v:#}");
     for ld in ["ld_start", "ld_map", "ld_reloc_init"] {
         let p = phase(&v, ld);
-        // Only fp-workload itself is dynamic after: 1 process in 201. It links more than
-        // `main(){}` does (its ld_map was 7× a child's here), so the mean falls by far less
-        // than 201×, but by more than 10× on any host.
+        // Only fp-workload itself is dynamic after: 1 process in 201, the static children
+        // count 0. It links more than `main(){}` does (its ld_map was 7× a child's here), so
+        // the mean falls by far less than 201×. Halved at least: for the mean not to halve,
+        // that one process's phase would have to outweigh the 200 children's together (a
+        // stall of milliseconds), or the static children would have to show ld time.
         assert!(mean(&p["before"]) > 0, "{ld}: {p}");
-        assert!(10 * mean(&p["after"]) < mean(&p["before"]), "{ld}: {p}");
+        assert!(2 * mean(&p["after"]) < mean(&p["before"]), "{ld}: {p}");
         assert_eq!(p["status"], "changed", "{ld}: {p}");
     }
     // The phase whose mean fell most is one of ld.so's.

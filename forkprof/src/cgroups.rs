@@ -278,14 +278,21 @@ fn populated(events: &str) -> bool {
 }
 
 /// An inotify watch on a cgroup's `cgroup.events`, readable in the runtime.
+/// The root cgroup has no `cgroup.events`, and always has processes: its watch has no fd.
 pub struct PopulatedWatch {
-    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
     events: PathBuf,
 }
 
 impl PopulatedWatch {
     fn new(events: &Path) -> std::io::Result<Self> {
         use std::os::fd::{FromRawFd as _, OwnedFd};
+        if !events.exists() {
+            return Ok(Self {
+                fd: None,
+                events: events.to_path_buf(),
+            });
+        }
         use std::os::unix::ffi::OsStrExt as _;
         // SAFETY: no pointer arguments.
         let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
@@ -305,14 +312,14 @@ impl PopulatedWatch {
             tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
         }?;
         Ok(Self {
-            fd,
+            fd: Some(fd),
             events: events.to_path_buf(),
         })
     }
 
-    /// Whether the cgroup has a process now.
+    /// Whether the cgroup has a process now (the root always has).
     pub fn is_populated(&self) -> bool {
-        std::fs::read_to_string(&self.events).is_ok_and(|e| populated(&e))
+        self.fd.is_none() || std::fs::read_to_string(&self.events).is_ok_and(|e| populated(&e))
     }
 
     /// Completes once the cgroup has a process (at once if it has one now). The watch was
@@ -328,8 +335,12 @@ impl PopulatedWatch {
 
     /// Completes at the next change of `cgroup.events`.
     async fn changed(&mut self) -> std::io::Result<()> {
+        let Some(fd) = &self.fd else {
+            // The root: populated already, so never waited on.
+            return std::future::pending().await;
+        };
         loop {
-            let mut ready = self.fd.readable().await?;
+            let mut ready = fd.readable().await?;
             let mut buf = [0u8; 1024];
             // SAFETY: reads into a buffer of the length given.
             let n = unsafe {

@@ -213,12 +213,6 @@ impl Tracer {
             ..Default::default()
         })?;
         let arming = match scope {
-            // The root cgroup has no cgroup.events, and always has processes: armed now.
-            Some(scope) if !scope.dir().join("cgroup.events").exists() => {
-                loader::arm(&mut loaded)
-                    .with_context(|| format!("attaching the hooks for cgroup {}", scope.path))?;
-                None
-            }
             Some(scope) if !loaded.deferred.is_empty() => Some(Arming {
                 watch: scope
                     .watch_populated()

@@ -681,11 +681,7 @@ pub fn arm(loaded: &mut Loaded) -> Result<()> {
         let Target::RawTp(name, _) = h.target else {
             continue;
         };
-        let program = loaded
-            .ebpf
-            .program_mut(h.program)
-            .ok_or_else(|| anyhow!("program {} missing from the object", h.program))?;
-        let p: &mut RawTracePoint = program.try_into()?;
+        let p: &mut RawTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
         p.attach(name)
             .with_context(|| format!("attaching {}", h.target.label()))?;
     }
@@ -748,37 +744,36 @@ fn load_raw_tp<'a>(
             btf::show_params(reads)
         );
     }
-    let program = ebpf
-        .program_mut(h.program)
-        .ok_or_else(|| anyhow!("program {} missing from the object", h.program))?;
-    let p: &mut RawTracePoint = program.try_into()?;
+    let p: &mut RawTracePoint = program(ebpf, h)?.try_into()?;
     p.load().context("verifier rejected the program")?;
     Ok(p)
 }
 
+/// The program of hook `h` in the object.
+fn program<'a>(ebpf: &'a mut Ebpf, h: &Hook) -> Result<&'a mut aya::programs::Program> {
+    ebpf.program_mut(h.program)
+        .ok_or_else(|| anyhow!("program {} missing from the object", h.program))
+}
+
 fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook) -> Result<()> {
-    if let Target::RawTp(name, _) = h.target {
-        load_raw_tp(ebpf, kernel, h)?.attach(name)?;
-        return Ok(());
-    }
-    let missing = || anyhow!("program {} missing from the object", h.program);
-    let program = ebpf.program_mut(h.program).ok_or_else(missing)?;
     match h.target {
-        Target::RawTp(..) => unreachable!("handled above"),
+        Target::RawTp(name, _) => {
+            load_raw_tp(ebpf, kernel, h)?.attach(name)?;
+        }
         Target::FEntry(func) => {
             let btf = vmlinux.context("no kernel BTF")?;
-            let p: &mut FEntry = program.try_into()?;
+            let p: &mut FEntry = program(ebpf, h)?.try_into()?;
             p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
             p.attach()?;
         }
         Target::FExit(func) => {
             let btf = vmlinux.context("no kernel BTF")?;
-            let p: &mut FExit = program.try_into()?;
+            let p: &mut FExit = program(ebpf, h)?.try_into()?;
             p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
             p.attach()?;
         }
         Target::KProbe(func) | Target::KRetProbe(func) => {
-            let p: &mut KProbe = program.try_into()?;
+            let p: &mut KProbe = program(ebpf, h)?.try_into()?;
             p.load().context("load (BPF_PROG_LOAD)")?;
             p.attach(func, 0)?;
         }

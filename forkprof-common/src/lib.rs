@@ -12,6 +12,11 @@ pub mod kind {
     pub const EXEC: u32 = 2;
     pub const LD: u32 = 3;
     pub const EXIT: u32 = 4;
+    /// What the kernel sends for an exec attempt: its path and argv at the syscall's entry
+    /// (`ExecArgsRecord`) and its times at the exit (`ExecEndRecord`). The agent joins the
+    /// two into one `ExecRecord` (kind `EXEC`), which is what the rest of forkprof sees.
+    pub const EXEC_ARGS: u32 = 5;
+    pub const EXEC_END: u32 = 6;
 }
 
 /// Syscall numbers (x86_64) that the programs care about.
@@ -195,6 +200,42 @@ pub struct ExecRecord {
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
 
+/// An exec attempt's path and argv, sent at the syscall's entry, straight into the ring
+/// buffer (kind `EXEC_ARGS`). `hdr.ts_ns` is the attempt's `start_ns`, which names it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecArgsRecord {
+    pub hdr: RecordHeader,
+    /// Calling thread.
+    pub tid: u32,
+    /// Number of argv entries (may exceed `ARG_SLOTS`).
+    pub argc: u32,
+    pub path: [u8; PATH_LEN],
+    pub args: [[u8; ARG_LEN]; ARG_SLOTS],
+}
+
+/// An exec attempt's times, sent at the syscall's exit (kind `EXEC_END`); the fields mean
+/// what `ExecRecord`'s of the same names mean. `start_ns` names the attempt, as
+/// `ExecArgsRecord::hdr.ts_ns` does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecEndRecord {
+    pub hdr: RecordHeader,
+    pub tid: u32,
+    pub errno: i32,
+    pub start_ns: u64,
+    pub exec_prepare_ns: u64,
+    pub exec_load_ns: u64,
+    pub exec_ns: u64,
+    pub atime_count: u32,
+    pub _pad: u32,
+    pub atime_ns: u64,
+    pub cow_faults: u64,
+    pub cow_fault_ns: u64,
+    pub child_run_ns: u64,
+    pub cgroup_id: u64,
+}
+
 /// The dynamic-linker window after a successful exec closed.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -217,7 +258,7 @@ pub struct LdRecord {
 
 /// A process (its last thread) exited.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct ExitRecord {
     pub hdr: RecordHeader,
     /// task->exit_code: wait-status encoding (signal in bits 0-6, status in bits 8-15).
@@ -283,9 +324,26 @@ pub struct ProcState {
     pub cow_ns_parent_base: u64,
     /// Fault time while this process had fork children inside their windows.
     pub cow_ns_as_parent: u64,
+    /// The main thread's fork-family syscall in flight (`start_ns` 0: none). Other threads'
+    /// forks are in the map `FORKS`: most forks come from a process's main thread, and this
+    /// saves them a hash insert, delete and two lookups (docs/kernel-findings.md).
+    pub fork: ForkState,
+    /// The exec attempt in flight (`in_exec` 1): its entry, its calling thread, and the
+    /// absolute times of its point of no return and of its new image's load (0: not yet).
+    pub exec_start_ns: u64,
+    pub exec_prepared_at: u64,
+    pub exec_loaded_at: u64,
+    pub exec_tid: u32,
+    pub _exec_pad: u32,
+    /// The exit record waiting for the parent's notification, filled at the last thread's
+    /// exit (`hdr.kind == kind::EXIT` from then on; 0 before). Kept in the process's own
+    /// entry rather than in a map of its own: one hash insert, lookup and delete fewer per
+    /// process (docs/kernel-findings.md).
+    pub exit: ExitRecord,
 }
 
-/// A parent thread inside a fork-family syscall (map `FORKS`, keyed by tid).
+/// A parent thread inside a fork-family syscall (`ProcState::fork` for a process's main
+/// thread, else the map `FORKS`, keyed by tid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ForkState {
@@ -338,3 +396,6 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () =
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
+const _: () =
+    assert!(core::mem::size_of::<ExecArgsRecord>() == 32 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN);
+const _: () = assert!(core::mem::size_of::<ExecEndRecord>() == 32 + 8 + 8 * 4 + 8 + 8 * 5);

@@ -6,9 +6,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
-use forkprof_common::{
-    ExecRecord, ExitRecord, ForkState, KernelLayout, ProcKey, ProcState, active, stat,
-};
+use forkprof_common::{ForkState, KernelLayout, ProcKey, ProcState, active, stat};
 
 /// Records to the agent, one per lifecycle milestone.
 #[map]
@@ -19,17 +17,10 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 #[map]
 pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(65536, 0);
 
-/// Parent threads inside a fork-family syscall, by tid.
+/// Threads other than a process's main thread inside a fork-family syscall, by tid (a main
+/// thread's fork is in its process's entry, `ProcState::fork`).
 #[map]
 pub static FORKS: HashMap<u32, ForkState> = HashMap::with_max_entries(16384, 0);
-
-/// Exec attempts in flight, by tgid; the value is the record sent at syscall exit.
-#[map]
-pub static EXECS: HashMap<u32, ExecRecord> = HashMap::with_max_entries(4096, 0);
-
-/// Processes between sched_process_exit and their parent's notification, by tgid.
-#[map]
-pub static EXITING: HashMap<u32, ExitRecord> = HashMap::with_max_entries(16384, 0);
 
 /// Loss counters (`stat::*`).
 #[map]
@@ -38,10 +29,6 @@ pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 
 /// Open windows of each kind (`active::*`), read first by hot handlers.
 #[map]
 pub static ACTIVE: Array<u64> = Array::with_max_entries(active::COUNT, 0);
-
-/// Scratch space to build an `ExecRecord` (too big for the 512-byte stack).
-#[map]
-pub static EXEC_SCRATCH: PerCpuArray<ExecRecord> = PerCpuArray::with_max_entries(1, 0);
 
 /// 1: trace every process on the system (record/top/monitor); 0: only `PROCS` (run).
 #[unsafe(no_mangle)]
@@ -197,7 +184,20 @@ pub fn fork_in_flight() -> Option<&'static mut ForkState> {
     if active(active::FORKS) == 0 {
         return None;
     }
-    let (_, tid) = current_ids();
+    let (tgid, tid) = current_ids();
+    // SAFETY: the map value of a traced process, or of this thread's fork; only this thread
+    // writes its fork state.
+    let ps = unsafe { &mut *PROCS.get_ptr_mut(tgid)? };
+    fork_of(ps, tgid, tid)
+}
+
+/// The fork in flight of thread `tid` of process `ps`: in the process's entry for its main
+/// thread, else in `FORKS`.
+#[inline(always)]
+pub fn fork_of(ps: &'static mut ProcState, tgid: u32, tid: u32) -> Option<&'static mut ForkState> {
+    if tid == tgid {
+        return (ps.fork.start_ns != 0).then_some(&mut ps.fork);
+    }
     let fs = FORKS.get_ptr_mut(tid)?;
     // SAFETY: this thread's map value; only this thread writes it.
     Some(unsafe { &mut *fs })

@@ -1,8 +1,12 @@
 //! Decodes the bytes of one ring-buffer item into a typed record. Never panics: a short or
 //! unknown item is an error that the collector counts as lost.
+use std::collections::HashMap;
 use std::fmt;
 
-use forkprof_common::{ExecRecord, ExitRecord, LdRecord, RecordHeader, SpawnRecord, kind};
+use forkprof_common::{
+    ExecArgsRecord, ExecEndRecord, ExecRecord, ExitRecord, LdRecord, RecordHeader, SpawnRecord,
+    kind,
+};
 
 #[derive(Clone, Debug)]
 pub enum Record {
@@ -66,6 +70,94 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         kind::LD => read(bytes, hdr.kind).map(Record::Ld),
         kind::EXIT => read(bytes, hdr.kind).map(Record::Exit),
         other => Err(DecodeError::UnknownKind(other)),
+    }
+}
+
+/// One ring-buffer item as the kernel sends it: a record, or one of an exec attempt's two
+/// halves, which `ExecJoin` makes into one `Record::Exec`.
+#[derive(Clone, Debug)]
+pub enum Item {
+    Record(Record),
+    ExecArgs(Box<ExecArgsRecord>),
+    ExecEnd(ExecEndRecord),
+}
+
+/// Decodes a ring-buffer item: the kernel's exec halves as well as whole records.
+pub fn decode_item(bytes: &[u8]) -> Result<Item, DecodeError> {
+    let hdr: RecordHeader = read(bytes, 0)?;
+    match hdr.kind {
+        kind::EXEC_ARGS => read(bytes, hdr.kind).map(|r| Item::ExecArgs(Box::new(r))),
+        kind::EXEC_END => read(bytes, hdr.kind).map(Item::ExecEnd),
+        _ => decode(bytes).map(Item::Record),
+    }
+}
+
+/// Joins each exec attempt's path and argv (sent at the syscall's entry) with its times (sent
+/// at its exit) into one `ExecRecord`. The ring buffer hands items on in the order they were
+/// reserved, so an attempt's args come before its end. An attempt is named by its process
+/// and its entry time. Args whose end never came (the ring buffer was full) are forgotten at
+/// the process's exit; an end without args (the same) becomes a record with an empty path
+/// and no argv, labelled like a process whose exec was not seen.
+#[derive(Debug, Default)]
+pub struct ExecJoin {
+    pending: HashMap<(u32, u64), Box<ExecArgsRecord>>,
+}
+
+impl ExecJoin {
+    /// The record `item` completes, if any.
+    pub fn push(&mut self, item: Item) -> Option<Record> {
+        match item {
+            Item::Record(record) => {
+                if let Record::Exit(e) = &record
+                    && !self.pending.is_empty()
+                {
+                    let pid = e.hdr.proc.pid;
+                    self.pending.retain(|&(p, _), _| p != pid);
+                }
+                Some(record)
+            }
+            Item::ExecArgs(args) => {
+                self.pending
+                    .insert((args.hdr.proc.pid, args.hdr.ts_ns), args);
+                None
+            }
+            Item::ExecEnd(end) => {
+                let args = self.pending.remove(&(end.hdr.proc.pid, end.start_ns));
+                Some(Record::Exec(Box::new(joined(&end, args.as_deref()))))
+            }
+        }
+    }
+
+    /// Attempts whose end has not come yet.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+fn joined(end: &ExecEndRecord, args: Option<&ExecArgsRecord>) -> ExecRecord {
+    ExecRecord {
+        hdr: RecordHeader {
+            kind: kind::EXEC,
+            ..end.hdr
+        },
+        tid: end.tid,
+        errno: end.errno,
+        start_ns: end.start_ns,
+        exec_prepare_ns: end.exec_prepare_ns,
+        exec_load_ns: end.exec_load_ns,
+        exec_ns: end.exec_ns,
+        atime_count: end.atime_count,
+        argc: args.map_or(0, |a| a.argc),
+        atime_ns: end.atime_ns,
+        cow_faults: end.cow_faults,
+        cow_fault_ns: end.cow_fault_ns,
+        child_run_ns: end.child_run_ns,
+        cgroup_id: end.cgroup_id,
+        path: args.map_or([0; forkprof_common::PATH_LEN], |a| a.path),
+        args: args.map_or(
+            [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
+            |a| a.args,
+        ),
     }
 }
 
@@ -139,5 +231,114 @@ mod tests {
     fn c_bytes_stops_at_nul() {
         assert_eq!(c_bytes(b"ab\0cd"), b"ab");
         assert_eq!(c_bytes(b"abc"), b"abc");
+    }
+
+    fn header(kind: u32, pid: u32, ts_ns: u64) -> RecordHeader {
+        RecordHeader {
+            kind,
+            _pad: 0,
+            ts_ns,
+            proc: ProcKey {
+                start_ns: 4,
+                pid,
+                _pad: 0,
+            },
+        }
+    }
+
+    fn args(pid: u32, start_ns: u64, path: &[u8]) -> Vec<u8> {
+        let mut a = ExecArgsRecord {
+            hdr: header(kind::EXEC_ARGS, pid, start_ns),
+            tid: pid,
+            argc: 1,
+            path: [0; forkprof_common::PATH_LEN],
+            args: [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
+        };
+        a.path[..path.len()].copy_from_slice(path);
+        a.args[0][..path.len()].copy_from_slice(path);
+        encode(&a)
+    }
+
+    fn end(pid: u32, start_ns: u64, exec_ns: u64) -> Vec<u8> {
+        encode(&ExecEndRecord {
+            hdr: header(kind::EXEC_END, pid, start_ns + exec_ns),
+            tid: pid,
+            start_ns,
+            exec_ns,
+            cgroup_id: 9,
+            ..Default::default()
+        })
+    }
+
+    fn push(join: &mut ExecJoin, bytes: &[u8]) -> Option<Record> {
+        join.push(decode_item(bytes).unwrap())
+    }
+
+    #[test]
+    fn an_exec_attempt_is_its_args_joined_with_its_end() {
+        let mut join = ExecJoin::default();
+        // Two processes' attempts interleaved, and a second attempt of the first (a PATH
+        // search): each end finds its own args by process and entry time.
+        assert!(push(&mut join, &args(7, 100, b"/a/sh")).is_none());
+        assert!(push(&mut join, &args(8, 150, b"/bin/cc")).is_none());
+        let Some(Record::Exec(first)) = push(&mut join, &end(7, 100, 20)) else {
+            panic!("no exec record")
+        };
+        assert!(push(&mut join, &args(7, 130, b"/b/sh")).is_none());
+        let Some(Record::Exec(cc)) = push(&mut join, &end(8, 150, 50)) else {
+            panic!("no exec record")
+        };
+        let Some(Record::Exec(second)) = push(&mut join, &end(7, 130, 30)) else {
+            panic!("no exec record")
+        };
+        assert_eq!(first.hdr.kind, kind::EXEC);
+        assert_eq!((c_bytes(&first.path), first.exec_ns), (&b"/a/sh"[..], 20));
+        assert_eq!(
+            (c_bytes(&cc.path), cc.exec_ns, cc.argc),
+            (&b"/bin/cc"[..], 50, 1)
+        );
+        assert_eq!(c_bytes(&cc.args[0]), b"/bin/cc");
+        assert_eq!(
+            (c_bytes(&second.path), second.cgroup_id),
+            (&b"/b/sh"[..], 9)
+        );
+        assert_eq!(join.pending(), 0);
+    }
+
+    #[test]
+    fn an_end_without_args_has_no_path_and_lone_args_go_at_exit() {
+        let mut join = ExecJoin::default();
+        let Some(Record::Exec(e)) = push(&mut join, &end(7, 100, 20)) else {
+            panic!("no exec record")
+        };
+        assert_eq!((c_bytes(&e.path), e.argc, e.exec_ns), (&b""[..], 0, 20));
+        assert!(push(&mut join, &args(7, 200, b"/x")).is_none());
+        assert!(push(&mut join, &args(8, 200, b"/y")).is_none());
+        let exit = ExitRecord {
+            hdr: header(kind::EXIT, 7, 300),
+            ..Default::default()
+        };
+        assert!(matches!(
+            push(&mut join, &encode(&exit)),
+            Some(Record::Exit(_))
+        ));
+        assert_eq!(
+            join.pending(),
+            1,
+            "only the exited process's args are forgotten"
+        );
+    }
+
+    #[test]
+    fn exec_halves_that_are_short_are_errors() {
+        let bytes = args(7, 100, b"/x");
+        assert!(matches!(
+            decode_item(&bytes[..100]),
+            Err(DecodeError::Short { .. })
+        ));
+        assert!(matches!(
+            decode_item(&end(7, 1, 2)[..60]),
+            Err(DecodeError::Short { .. })
+        ));
     }
 }

@@ -11,7 +11,7 @@ use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
 use forkprof_common::{ExitRecord, RecordHeader, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, EVENTS, EXITING, PROCS};
+use crate::maps::{self, EVENTS, PROCS};
 
 const SIGCHLD: i64 = 17;
 
@@ -57,24 +57,30 @@ pub fn on_exit_group() {
 }
 
 /// The last thread of a process is exiting; `started` is when its teardown began (0: now).
+/// The record waits in the process's own entry (`ProcState::exit`) for the notification.
 #[inline(always)]
 fn on_last_thread_exit(task: *const u8, started: u64) {
     let (tgid, _) = maps::current_ids();
-    // Two threads may both find no live thread left (older kernels); the first one counts.
-    // SAFETY: a plain lookup; the value is not read.
-    if unsafe { EXITING.get(tgid) }.is_some() {
-        return;
-    }
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
+    // Two threads may both find no live thread left (older kernels); the first one counts.
+    if ps.exit.hdr.kind == kind::EXIT {
+        return;
+    }
     let now = maps::now();
     let start = if started != 0 { started } else { now };
     dynlink::close(ps, ld_outcome::INCOMPLETE);
+    // An exec attempt that never returned (another thread ended the process): its window
+    // closes here, without a record.
+    if ps.in_exec != 0 {
+        ps.in_exec = 0;
+        maps::active_add(active::EXECS, -1);
+    }
     let cow = close_cow_window(ps);
-    let rec = ExitRecord {
+    ps.exit = ExitRecord {
         hdr: RecordHeader {
             kind: kind::EXIT,
             _pad: 0,
@@ -91,19 +97,20 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
         cgroup_id: maps::cgroup_id(),
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
-    if EXITING.insert(tgid, rec, 0).is_err() {
-        maps::count_lost(stat::STATE_MAP_FULL);
-        return;
-    }
     maps::active_add(active::EXITS, 1);
 }
 
+/// Sends a pending exit record and forgets the process; nothing for a process whose last
+/// thread has not exited (a thread's SIGCHLD, or the parent of an exiting process).
 fn finish(tgid: u32, notified: bool) {
-    let Some(rec) = EXITING.get_ptr_mut(tgid) else {
+    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
         return;
     };
-    // SAFETY: map value of this process's pending exit.
-    let rec = unsafe { &mut *rec };
+    // SAFETY: map value of a traced process.
+    let rec = unsafe { &mut (*ps).exit };
+    if rec.hdr.kind != kind::EXIT {
+        return;
+    }
     if notified {
         rec.notified = 1;
         rec.exit_teardown_ns = maps::now() - rec.exit_ns;
@@ -116,7 +123,6 @@ fn finish(tgid: u32, notified: bool) {
     {
         maps::count_lost(stat::RINGBUF_FULL);
     }
-    let _ = EXITING.remove(tgid);
     let _ = PROCS.remove(tgid);
     maps::active_add(active::EXITS, -1);
 }

@@ -15,15 +15,18 @@ pub fn on_enter(id: i64) {
         return;
     }
     let (tgid, tid) = maps::current_ids();
-    if maps::proc_state(tgid, true).is_none() {
+    let Some(ps) = maps::proc_state(tgid, true) else {
         return;
-    }
+    };
     let st = ForkState {
         start_ns: maps::now(),
         syscall: id as u32,
         ..Default::default()
     };
-    if FORKS.insert(tid, st, 0).is_err() {
+    if tid == tgid {
+        // SAFETY: map value of a traced process; its fork state is this thread's.
+        unsafe { (*ps).fork = st };
+    } else if FORKS.insert(tid, st, 0).is_err() {
         maps::count_lost(stat::STATE_MAP_FULL);
         return;
     }
@@ -35,33 +38,34 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         return;
     }
     let (tgid, tid) = maps::current_ids();
-    let Some(fs) = FORKS.get_ptr_mut(tid) else {
+    let Some(parent) = PROCS.get_ptr_mut(tgid) else {
         return;
     };
-    let task: *const u8 = ctx.arg(0);
     let flags: u64 = ctx.arg(1);
+    let task: *const u8 = ctx.arg(0);
     let layout = maps::layout();
-    let child_tid = maps::read_kernel_u32(task, layout.task_pid);
-    let child_tgid = maps::read_kernel_u32(task, layout.task_tgid);
     let created = maps::now();
-    // SAFETY: `fs` points at this thread's map value; only this thread writes it.
-    let fs = unsafe { &mut *fs };
-    fs.child_tid = child_tid;
-    fs.clone_flags = flags;
-    fs.created_ns = created;
+    {
+        // SAFETY: map value of a traced process; this borrow ends before `parent` is used
+        // again below.
+        let Some(fs) = maps::fork_of(unsafe { &mut *parent }, tgid, tid) else {
+            return;
+        };
+        fs.child_tid = maps::read_kernel_u32(task, layout.task_pid);
+        fs.clone_flags = flags;
+        fs.created_ns = created;
+    }
     if flags & clone_flags::CLONE_THREAD != 0 {
         return;
     }
+    let child_tgid = maps::read_kernel_u32(task, layout.task_tgid);
+    // SAFETY: as above.
+    let parent = unsafe { &mut *parent };
     let shares_vm = flags & clone_flags::CLONE_VM != 0;
-    let (mut cow_parent_base, mut cow_ns_parent_base) = (0, 0);
-    if let Some(parent) = PROCS.get_ptr_mut(tgid) {
-        // SAFETY: map value of a traced process.
-        let parent = unsafe { &mut *parent };
-        cow_parent_base = parent.cow_as_parent;
-        cow_ns_parent_base = parent.cow_ns_as_parent;
-        if !shares_vm {
-            parent.cow_children += 1;
-        }
+    let cow_parent_base = parent.cow_as_parent;
+    let cow_ns_parent_base = parent.cow_ns_as_parent;
+    if !shares_vm {
+        parent.cow_children += 1;
     }
     let child = ProcState {
         key: ProcKey {
@@ -88,22 +92,30 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
 
 pub fn on_exit(ret: i64) {
     let (tgid, tid) = maps::current_ids();
-    let Some(fs) = FORKS.get_ptr(tid) else {
-        return;
-    };
-    // SAFETY: this thread's map value.
-    let fs = unsafe { *fs };
-    let _ = FORKS.remove(tid);
-    maps::active_add(active::FORKS, -1);
-
-    let end = maps::now();
-    let total = end - fs.start_ns;
-    let vfork_wait_ns = if fs.clone_flags & clone_flags::CLONE_VFORK != 0 && fs.created_ns != 0 {
-        end - fs.created_ns
+    let ps = PROCS.get_ptr_mut(tgid);
+    let fs = if tid == tgid {
+        let Some(ps) = ps else {
+            return;
+        };
+        // SAFETY: map value of a traced process; its fork state is this thread's.
+        let ps = unsafe { &mut *ps };
+        if ps.fork.start_ns == 0 {
+            return;
+        }
+        let fs = ps.fork;
+        ps.fork.start_ns = 0;
+        fs
     } else {
-        0
+        let Some(fs) = FORKS.get_ptr(tid) else {
+            return;
+        };
+        // SAFETY: this thread's map value.
+        let fs = unsafe { *fs };
+        let _ = FORKS.remove(tid);
+        fs
     };
-    let parent = match PROCS.get_ptr(tgid) {
+    maps::active_add(active::FORKS, -1);
+    let parent = match ps {
         // SAFETY: map value of a traced process.
         Some(p) => unsafe { (*p).key },
         None => ProcKey {
@@ -111,6 +123,14 @@ pub fn on_exit(ret: i64) {
             pid: tgid,
             _pad: 0,
         },
+    };
+
+    let end = maps::now();
+    let total = end - fs.start_ns;
+    let vfork_wait_ns = if fs.clone_flags & clone_flags::CLONE_VFORK != 0 && fs.created_ns != 0 {
+        end - fs.created_ns
+    } else {
+        0
     };
     let is_thread = fs.clone_flags & clone_flags::CLONE_THREAD != 0;
     let proc = if is_thread || fs.created_ns == 0 {

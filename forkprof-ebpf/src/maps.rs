@@ -22,6 +22,12 @@ pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(65536, 0);
 #[map]
 pub static FORKS: HashMap<u32, ForkState> = HashMap::with_max_entries(16384, 0);
 
+/// The source of every `PROCS` insert, one zeroed `ProcState` per CPU: a `ProcState` built
+/// on the stack takes more than 6.1's verifier allows beside its callers' frames. Only
+/// `insert_proc` writes it, and it leaves it zeroed again.
+#[map]
+pub static PROC_TEMPLATE: PerCpuArray<ProcState> = PerCpuArray::with_max_entries(1, 0);
+
 /// Loss counters (`stat::*`).
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
@@ -149,6 +155,18 @@ pub fn cgroup_id() -> u64 {
     unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() }
 }
 
+/// The current task's comm, written where `out` is (a map value or a ring-buffer
+/// reservation) rather than returned on the stack; all zero if the helper fails.
+#[inline(always)]
+pub fn current_comm(out: &mut [u8; 16]) {
+    // SAFETY: `out` is 16 writable bytes.
+    let ret =
+        unsafe { aya_ebpf::helpers::generated::bpf_get_current_comm(out.as_mut_ptr().cast(), 16) };
+    if ret != 0 {
+        *out = [0; 16];
+    }
+}
+
 /// (tgid, tid) of the current task.
 #[inline(always)]
 pub fn current_ids() -> (u32, u32) {
@@ -226,7 +244,7 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
     if !create || !trace_all() || !in_scope() {
         return None;
     }
-    let fresh = ProcState {
+    let fresh = NewProc {
         key: ProcKey {
             start_ns: 0,
             pid: tgid,
@@ -234,11 +252,47 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
         },
         ..Default::default()
     };
-    if PROCS.insert(tgid, fresh, 0).is_err() {
+    insert_proc(tgid, &fresh)?;
+    PROCS.get_ptr_mut(tgid)
+}
+
+/// The fields of a new `PROCS` entry that are not zero.
+#[derive(Default)]
+pub struct NewProc {
+    pub key: ProcKey,
+    pub parent_tgid: u32,
+    pub in_cow_window: u32,
+    pub child_state: u32,
+    pub cow_parent_base: u64,
+    pub cow_ns_parent_base: u64,
+}
+
+/// Adds process `tgid` to `PROCS` (counted as lost when the map is full).
+#[inline(always)]
+pub fn insert_proc(tgid: u32, new: &NewProc) -> Option<()> {
+    let t = PROC_TEMPLATE.get_ptr_mut(0)?;
+    // SAFETY: this CPU's value; nothing else runs on this CPU while a program does.
+    let t = unsafe { &mut *t };
+    t.key = new.key;
+    t.parent_tgid = new.parent_tgid;
+    t.in_cow_window = new.in_cow_window;
+    t.child_state = new.child_state;
+    t.cow_parent_base = new.cow_parent_base;
+    t.cow_ns_parent_base = new.cow_ns_parent_base;
+    // By reference: the value itself would be copied onto the stack first.
+    let source: &ProcState = t;
+    let inserted = PROCS.insert(tgid, source, 0);
+    t.key = ProcKey::default();
+    t.parent_tgid = 0;
+    t.in_cow_window = 0;
+    t.child_state = 0;
+    t.cow_parent_base = 0;
+    t.cow_ns_parent_base = 0;
+    if inserted.is_err() {
         count_lost(stat::STATE_MAP_FULL);
         return None;
     }
-    PROCS.get_ptr_mut(tgid)
+    Some(())
 }
 
 /// Reads a u32 field of a kernel struct at a byte offset.

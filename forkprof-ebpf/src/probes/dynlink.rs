@@ -15,8 +15,8 @@
 //! cannot split mapping from relocation (docs/kernel-findings.md).
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
-    LD_MAX_SYSCALLS, LD_START_MAX_SYSCALLS, LdRecord, ProcState, RecordHeader, active, kind,
-    ld_outcome, ld_state, nr, stat,
+    LD_MAX_SYSCALLS, LD_START_MAX_SYSCALLS, LdRecord, ProcState, active, kind, ld_outcome,
+    ld_state, nr, stat,
 };
 
 use crate::maps::{self, EVENTS, PROCS, regs};
@@ -123,37 +123,40 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
         outcome
     };
     let end = maps::now();
-    let mut rec = LdRecord {
-        hdr: RecordHeader {
-            kind: kind::LD,
-            _pad: 0,
-            ts_ns: end,
-            proc: ps.key,
-        },
-        outcome,
-        openat_count: ps.ld_openat,
-        syscalls: ps.ld_syscalls,
-        atime_count: ps.atime_count,
-        atime_ns: ps.atime_ns,
-        ..Default::default()
-    };
-    match outcome {
-        ld_outcome::COMPLETE => {
-            rec.ld_start_ns = ps.ld_t1 - ps.ld_t0;
-            rec.ld_map_ns = ps.ld_t2 - ps.ld_t1;
-            rec.ld_reloc_init_ns = end - ps.ld_t2;
-        }
-        ld_outcome::NO_GLIBC_LD => rec.static_start_ns = ps.ld_t1 - ps.ld_t0,
-        _ => {}
-    }
+    let (t0, t1, t2) = (ps.ld_t0, ps.ld_t1, ps.ld_t2);
+    let (openat, syscalls, atime_count, atime_ns) =
+        (ps.ld_openat, ps.ld_syscalls, ps.atime_count, ps.atime_ns);
     ps.ld_state = ld_state::NONE;
     ps.atime_count = 0;
     ps.atime_ns = 0;
     maps::active_add(active::LD, -1);
-    if EVENTS
-        .output::<LdRecord>(&rec, maps::submit_flags())
-        .is_err()
-    {
+    let Some(mut entry) = EVENTS.reserve::<LdRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
+        return;
+    };
+    // SAFETY: the reservation is ours until submitted; every field is written below.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    rec.hdr.kind = kind::LD;
+    rec.hdr._pad = 0;
+    rec.hdr.ts_ns = end;
+    rec.hdr.proc = ps.key;
+    rec.outcome = outcome;
+    rec.openat_count = openat;
+    rec.syscalls = syscalls;
+    rec.atime_count = atime_count;
+    rec.atime_ns = atime_ns;
+    rec.ld_start_ns = 0;
+    rec.ld_map_ns = 0;
+    rec.ld_reloc_init_ns = 0;
+    rec.static_start_ns = 0;
+    match outcome {
+        ld_outcome::COMPLETE => {
+            rec.ld_start_ns = t1 - t0;
+            rec.ld_map_ns = t2 - t1;
+            rec.ld_reloc_init_ns = end - t2;
+        }
+        ld_outcome::NO_GLIBC_LD => rec.static_start_ns = t1 - t0,
+        _ => {}
     }
+    entry.submit(maps::submit_flags());
 }

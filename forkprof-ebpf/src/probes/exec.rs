@@ -7,8 +7,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
 };
 use forkprof_common::{
-    ARG_SLOTS, ExecArgsRecord, ExecEndRecord, ProcState, RecordHeader, active, kind, ld_state, nr,
-    stat,
+    ARG_SLOTS, ExecArgsRecord, ExecEndRecord, ProcState, active, kind, ld_state, nr, stat,
 };
 
 use super::{fork::close_child_run, mm::close_cow_window};
@@ -60,12 +59,10 @@ fn send_args(ctx: &RawTracePointContext, id: i64, ps: &ProcState, tid: u32, star
     };
     let path = maps::read_kernel_u64(regs_ptr, path_reg) as *const u8;
     let argv = maps::read_kernel_u64(regs_ptr, argv_reg) as *const *const u8;
-    rec.hdr = RecordHeader {
-        kind: kind::EXEC_ARGS,
-        _pad: 0,
-        ts_ns: start,
-        proc: ps.key,
-    };
+    rec.hdr.kind = kind::EXEC_ARGS;
+    rec.hdr._pad = 0;
+    rec.hdr.ts_ns = start;
+    rec.hdr.proc = ps.key;
     rec.tid = tid;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
@@ -124,47 +121,13 @@ pub fn on_exit(ret: i64) {
         return;
     };
     let end = maps::now();
-    let start = ps.exec_start_ns;
-    let prepared_at = ps.exec_prepared_at;
-    let loaded_at = ps.exec_loaded_at;
-    let mut rec = ExecEndRecord {
-        hdr: RecordHeader {
-            kind: kind::EXEC_END,
-            _pad: 0,
-            ts_ns: end,
-            proc: ps.key,
-        },
-        tid: ps.exec_tid,
-        errno: if ret < 0 { -ret as i32 } else { 0 },
-        start_ns: start,
-        exec_prepare_ns: if prepared_at != 0 {
-            prepared_at - start
-        } else {
-            0
-        },
-        exec_load_ns: if prepared_at != 0 && loaded_at != 0 {
-            loaded_at - prepared_at
-        } else {
-            0
-        },
-        exec_ns: end - start,
-        atime_count: ps.atime_count,
-        _pad: 0,
-        atime_ns: ps.atime_ns,
-        cow_faults: 0,
-        cow_fault_ns: 0,
-        child_run_ns: ps.child_run_ns,
-        cgroup_id: maps::cgroup_id(),
-    };
-    ps.child_run_ns = 0;
-    ps.atime_count = 0;
-    ps.atime_ns = 0;
     ps.in_exec = 0;
     maps::active_add(active::EXECS, -1);
+    let (mut cow_faults, mut cow_fault_ns) = (0, 0);
     if ret == 0 {
         let cow = close_cow_window(ps);
-        rec.cow_faults = cow.faults;
-        rec.cow_fault_ns = cow.ns;
+        cow_faults = cow.faults;
+        cow_fault_ns = cow.ns;
         if ps.ld_state == ld_state::NONE {
             maps::active_add(active::LD, 1);
         }
@@ -173,10 +136,43 @@ pub fn on_exit(ret: i64) {
         ps.ld_syscalls = 0;
         ps.ld_openat = 0;
     }
-    if EVENTS
-        .output::<ExecEndRecord>(&rec, maps::submit_flags())
-        .is_err()
-    {
+    let (atime_count, atime_ns, child_run_ns) = (ps.atime_count, ps.atime_ns, ps.child_run_ns);
+    ps.child_run_ns = 0;
+    ps.atime_count = 0;
+    ps.atime_ns = 0;
+    let Some(mut entry) = EVENTS.reserve::<ExecEndRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
-    }
+        return;
+    };
+    // SAFETY: the reservation is ours until submitted; every field is written below.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    let start = ps.exec_start_ns;
+    let prepared_at = ps.exec_prepared_at;
+    let loaded_at = ps.exec_loaded_at;
+    rec.hdr.kind = kind::EXEC_END;
+    rec.hdr._pad = 0;
+    rec.hdr.ts_ns = end;
+    rec.hdr.proc = ps.key;
+    rec.tid = ps.exec_tid;
+    rec.errno = if ret < 0 { -ret as i32 } else { 0 };
+    rec.start_ns = start;
+    rec.exec_prepare_ns = if prepared_at != 0 {
+        prepared_at - start
+    } else {
+        0
+    };
+    rec.exec_load_ns = if prepared_at != 0 && loaded_at != 0 {
+        loaded_at - prepared_at
+    } else {
+        0
+    };
+    rec.exec_ns = end - start;
+    rec.atime_count = atime_count;
+    rec._pad = 0;
+    rec.atime_ns = atime_ns;
+    rec.cow_faults = cow_faults;
+    rec.cow_fault_ns = cow_fault_ns;
+    rec.child_run_ns = child_run_ns;
+    rec.cgroup_id = maps::cgroup_id();
+    entry.submit(maps::submit_flags());
 }

@@ -7,8 +7,8 @@
 //! the task as the only argument: there the last thread is the one that finds the signal
 //! struct's `live` count at 0, and the teardown starts at the process's exit_group entry (or at
 //! sched_process_exit, without exit_mm, for a process killed by a signal).
-use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
-use forkprof_common::{ExitRecord, RecordHeader, active, kind, ld_outcome, stat};
+use aya_ebpf::programs::RawTracePointContext;
+use forkprof_common::{ExitRecord, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
 use crate::maps::{self, EVENTS, PROCS};
@@ -80,23 +80,24 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
         maps::active_add(active::EXECS, -1);
     }
     let cow = close_cow_window(ps);
-    ps.exit = ExitRecord {
-        hdr: RecordHeader {
-            kind: kind::EXIT,
-            _pad: 0,
-            ts_ns: now,
-            proc: ps.key,
-        },
-        exit_code: maps::read_kernel_u32(task, maps::layout().task_exit_code),
-        notified: 0,
-        exit_teardown_ns: 0,
-        cow_faults: cow.faults,
-        cow_fault_ns: cow.ns,
-        exit_ns: start,
-        child_run_ns: close_child_run(ps),
-        cgroup_id: maps::cgroup_id(),
-        comm: bpf_get_current_comm().unwrap_or([0; 16]),
-    };
+    let child_run_ns = close_child_run(ps);
+    // Written field by field into the map value: a record built on the stack and copied in
+    // would take more stack than 6.1's verifier allows beside the caller's.
+    let key = ps.key;
+    let rec = &mut ps.exit;
+    rec.hdr.kind = kind::EXIT;
+    rec.hdr._pad = 0;
+    rec.hdr.ts_ns = now;
+    rec.hdr.proc = key;
+    rec.exit_code = maps::read_kernel_u32(task, maps::layout().task_exit_code);
+    rec.notified = 0;
+    rec.exit_teardown_ns = 0;
+    rec.cow_faults = cow.faults;
+    rec.cow_fault_ns = cow.ns;
+    rec.exit_ns = start;
+    rec.child_run_ns = child_run_ns;
+    rec.cgroup_id = maps::cgroup_id();
+    maps::current_comm(&mut rec.comm);
     maps::active_add(active::EXITS, 1);
 }
 

@@ -1,7 +1,7 @@
 //! Process and thread creation: the parent's fork-family syscall, timed from sys_enter to
 //! sys_exit, with the child's identity from task_newtask (which fires late in copy_process,
 //! before the child can run).
-use aya_ebpf::{helpers::bpf_get_current_comm, programs::RawTracePointContext};
+use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
     ForkState, ProcKey, ProcState, RecordHeader, SpawnRecord, active, child_state, clone_flags,
     kind, stat,
@@ -18,17 +18,28 @@ pub fn on_enter(id: i64) {
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };
-    let st = ForkState {
-        start_ns: maps::now(),
-        syscall: id as u32,
-        ..Default::default()
-    };
+    let now = maps::now();
     if tid == tgid {
         // SAFETY: map value of a traced process; its fork state is this thread's.
-        unsafe { (*ps).fork = st };
-    } else if FORKS.insert(tid, st, 0).is_err() {
-        maps::count_lost(stat::STATE_MAP_FULL);
-        return;
+        let fs = unsafe { &mut (*ps).fork };
+        fs.start_ns = now;
+        fs.syscall = id as u32;
+        fs.child_tid = 0;
+        fs.clone_flags = 0;
+        fs.created_ns = 0;
+        fs.pt_mm = 0;
+        fs.pt_start = 0;
+        fs.pt_ns = 0;
+    } else {
+        let st = ForkState {
+            start_ns: now,
+            syscall: id as u32,
+            ..Default::default()
+        };
+        if FORKS.insert(tid, st, 0).is_err() {
+            maps::count_lost(stat::STATE_MAP_FULL);
+            return;
+        }
     }
     maps::active_add(active::FORKS, 1);
 }
@@ -67,7 +78,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
     if !shares_vm {
         parent.cow_children += 1;
     }
-    let child = ProcState {
+    let child = maps::NewProc {
         key: ProcKey {
             start_ns: created,
             pid: child_tgid,
@@ -78,10 +89,8 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         cow_parent_base,
         cow_ns_parent_base,
         child_state: child_state::AWAITING,
-        ..Default::default()
     };
-    if PROCS.insert(child_tgid, child, 0).is_err() {
-        maps::count_lost(stat::STATE_MAP_FULL);
+    if maps::insert_proc(child_tgid, &child).is_none() {
         return;
     }
     maps::active_add(active::CHILDREN, 1);
@@ -164,8 +173,10 @@ pub fn on_exit(ret: i64) {
         pagetable_copy_ns: fs.pt_ns,
         vfork_wait_ns,
         cgroup_id: maps::cgroup_id(),
-        parent_comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        parent_comm: [0; 16],
     });
+    // SAFETY: the reservation was just written.
+    maps::current_comm(unsafe { &mut (*entry.as_mut_ptr()).parent_comm });
     entry.submit(maps::submit_flags());
 }
 

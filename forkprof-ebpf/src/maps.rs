@@ -252,8 +252,12 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
         },
         ..Default::default()
     };
-    insert_proc(tgid, &fresh)?;
-    PROCS.get_ptr_mut(tgid)
+    // Another thread of the process may have added it since the lookup: then that entry
+    // is the one.
+    match insert_proc(tgid, &fresh, false) {
+        Ok(()) | Err(NotInserted::Present) => PROCS.get_ptr_mut(tgid),
+        Err(NotInserted::Lost) => None,
+    }
 }
 
 /// The fields of a new `PROCS` entry that are not zero.
@@ -267,10 +271,23 @@ pub struct NewProc {
     pub cow_ns_parent_base: u64,
 }
 
-/// Adds process `tgid` to `PROCS` (counted as lost when the map is full).
+/// `bpf_map_update_elem` flag: fail with `EEXIST` when the key is present.
+const BPF_NOEXIST: u64 = 1;
+const EEXIST: i64 = 17;
+
+/// Why `insert_proc` did not add an entry.
+pub enum NotInserted {
+    /// `tgid` has an entry already (left as it is).
+    Present,
+    /// The map is full (counted as lost), or the template is missing.
+    Lost,
+}
+
+/// Adds process `tgid` to `PROCS`. Replaces an entry only with `replace`: a replaced entry
+/// takes its open windows' counts in `ACTIVE` and a pending exit with it.
 #[inline(always)]
-pub fn insert_proc(tgid: u32, new: &NewProc) -> Option<()> {
-    let t = PROC_TEMPLATE.get_ptr_mut(0)?;
+pub fn insert_proc(tgid: u32, new: &NewProc, replace: bool) -> Result<(), NotInserted> {
+    let t = PROC_TEMPLATE.get_ptr_mut(0).ok_or(NotInserted::Lost)?;
     // SAFETY: this CPU's value; nothing else runs on this CPU while a program does.
     let t = unsafe { &mut *t };
     t.key = new.key;
@@ -281,18 +298,21 @@ pub fn insert_proc(tgid: u32, new: &NewProc) -> Option<()> {
     t.cow_ns_parent_base = new.cow_ns_parent_base;
     // By reference: the value itself would be copied onto the stack first.
     let source: &ProcState = t;
-    let inserted = PROCS.insert(tgid, source, 0);
+    let inserted = PROCS.insert(tgid, source, if replace { 0 } else { BPF_NOEXIST });
     t.key = ProcKey::default();
     t.parent_tgid = 0;
     t.in_cow_window = 0;
     t.child_state = 0;
     t.cow_parent_base = 0;
     t.cow_ns_parent_base = 0;
-    if inserted.is_err() {
-        count_lost(stat::STATE_MAP_FULL);
-        return None;
+    match inserted {
+        Ok(()) => Ok(()),
+        Err(e) if -(e as i64) == EEXIST => Err(NotInserted::Present),
+        Err(_) => {
+            count_lost(stat::STATE_MAP_FULL);
+            Err(NotInserted::Lost)
+        }
     }
-    Some(())
 }
 
 /// Reads a u32 field of a kernel struct at a byte offset.

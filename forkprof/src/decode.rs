@@ -95,9 +95,10 @@ pub fn decode_item(bytes: &[u8]) -> Result<Item, DecodeError> {
 /// Joins each exec attempt's path and argv (sent at the syscall's entry) with its times (sent
 /// at its exit) into one `ExecRecord`. The ring buffer hands items on in the order they were
 /// reserved, so an attempt's args come before its end. An attempt is named by its process
-/// and its entry time. Args whose end never came (the ring buffer was full) are forgotten at
-/// the process's exit; an end without args (the same) becomes a record with an empty path
-/// and no argv, labelled like a process whose exec was not seen.
+/// and its entry time. Args whose end never came (the ring buffer was full, or another
+/// thread's attempt took the window) are forgotten at the process's next attempt's end or at
+/// its exit; an end without args (the same) becomes a record with an empty path and no argv,
+/// labelled like a process whose exec was not seen.
 #[derive(Debug, Default)]
 pub struct ExecJoin {
     pending: HashMap<(u32, u64), Box<ExecArgsRecord>>,
@@ -111,8 +112,9 @@ impl ExecJoin {
                 if let Record::Exit(e) = &record
                     && !self.pending.is_empty()
                 {
-                    let pid = e.hdr.proc.pid;
-                    self.pending.retain(|&(p, _), _| p != pid);
+                    // Args from after the exit belong to a later process with the same pid.
+                    let (pid, at) = (e.hdr.proc.pid, e.hdr.ts_ns);
+                    self.pending.retain(|&(p, ts), _| p != pid || ts > at);
                 }
                 Some(record)
             }
@@ -122,7 +124,13 @@ impl ExecJoin {
                 None
             }
             Item::ExecEnd(end) => {
-                let args = self.pending.remove(&(end.hdr.proc.pid, end.start_ns));
+                let pid = end.hdr.proc.pid;
+                let args = self.pending.remove(&(pid, end.start_ns));
+                // The process's earlier attempts whose end was lost: theirs never comes now.
+                if !self.pending.is_empty() {
+                    self.pending
+                        .retain(|&(p, ts), _| p != pid || ts > end.start_ns);
+                }
                 Some(Record::Exec(Box::new(joined(&end, args.as_deref()))))
             }
         }
@@ -326,6 +334,29 @@ mod tests {
             join.pending(),
             1,
             "only the exited process's args are forgotten"
+        );
+        // An attempt whose end was lost goes with the next attempt's end; a later process
+        // with the same pid keeps its args past the earlier one's exit.
+        assert!(push(&mut join, &args(8, 300, b"/z")).is_none());
+        assert!(matches!(
+            push(&mut join, &end(8, 300, 5)),
+            Some(Record::Exec(_))
+        ));
+        assert_eq!(
+            join.pending(),
+            0,
+            "the lost attempt's args went with the next end"
+        );
+        assert!(push(&mut join, &args(9, 500, b"/new")).is_none());
+        let old_exit = ExitRecord {
+            hdr: header(kind::EXIT, 9, 400),
+            ..Default::default()
+        };
+        assert!(push(&mut join, &encode(&old_exit)).is_some());
+        assert_eq!(
+            join.pending(),
+            1,
+            "args after the exit are a later process's"
         );
     }
 

@@ -120,6 +120,13 @@ pub fn on_exit(ret: i64) {
     let Some(ps) = exec_in_flight() else {
         return;
     };
+    // Two threads' attempts at once: the window is the latest attempt's, and another
+    // thread's failure does not close it. A success closes it whichever thread made the
+    // attempt (one that was not the main thread returns with the main thread's id).
+    let (_, tid) = maps::current_ids();
+    if ret != 0 && tid != ps.exec_tid {
+        return;
+    }
     let end = maps::now();
     ps.in_exec = 0;
     maps::active_add(active::EXECS, -1);

@@ -103,7 +103,7 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
 
 /// Sends a pending exit record and forgets the process; nothing for a process whose last
 /// thread has not exited (a thread's SIGCHLD, or the parent of an exiting process).
-fn finish(tgid: u32, notified: bool) {
+pub fn finish(tgid: u32, notified: bool) {
     let Some(ps) = PROCS.get_ptr_mut(tgid) else {
         return;
     };

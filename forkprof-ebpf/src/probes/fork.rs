@@ -7,6 +7,7 @@ use forkprof_common::{
     kind, stat,
 };
 
+use super::exit::finish as finish_exit;
 use crate::maps::{self, EVENTS, FORKS, PROCS};
 
 pub fn on_enter(id: i64) {
@@ -90,8 +91,19 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         cow_ns_parent_base,
         child_state: child_state::AWAITING,
     };
-    if maps::insert_proc(child_tgid, &child).is_none() {
-        return;
+    // The task cannot have run yet, so an entry under its pid is a previous process's. Its
+    // exit may still wait for a notification it will never get (a parent that ignores
+    // SIGCHLD: the exit is sent from sched_process_free, after the pid was freed): that exit
+    // goes now, counted as without notification, and the new process takes the entry.
+    match maps::insert_proc(child_tgid, &child, false) {
+        Ok(()) => {}
+        Err(maps::NotInserted::Present) => {
+            finish_exit(child_tgid, false);
+            if maps::insert_proc(child_tgid, &child, true).is_err() {
+                return;
+            }
+        }
+        Err(maps::NotInserted::Lost) => return,
     }
     maps::active_add(active::CHILDREN, 1);
     if !shares_vm {

@@ -6,7 +6,7 @@ use aya_ebpf::{
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
-use forkprof_common::{ForkState, KernelLayout, ProcKey, ProcState, active, stat};
+use forkprof_common::{ForkState, KernelLayout, ProcKey, ProcState, RecordHeader, active, stat};
 
 /// Records to the agent, one per lifecycle milestone.
 #[map]
@@ -167,6 +167,15 @@ pub fn current_comm(out: &mut [u8; 16]) {
     }
 }
 
+/// Fills a record's header where it lies (a ring-buffer reservation or a map value).
+#[inline(always)]
+pub fn set_header(hdr: &mut RecordHeader, kind: u32, ts_ns: u64, proc: ProcKey) {
+    hdr.kind = kind;
+    hdr._pad = 0;
+    hdr.ts_ns = ts_ns;
+    hdr.proc = proc;
+}
+
 /// (tgid, tid) of the current task.
 #[inline(always)]
 pub fn current_ids() -> (u32, u32) {
@@ -196,21 +205,41 @@ pub fn count_lost(index: u32) {
     }
 }
 
-/// The current thread's fork in flight, when any fork window is open anywhere.
+// A thread's fork in flight lives in its process's entry (`ProcState::fork`) when it is the
+// main thread, else in `FORKS` by tid: these three are the only places that choose.
+
+/// Opens thread `tid`'s fork window (syscall `id`, entered at `now`) and counts it in
+/// `ACTIVE`, unless `FORKS` is full (counted as lost).
 #[inline(always)]
-pub fn fork_in_flight() -> Option<&'static mut ForkState> {
-    if active(active::FORKS) == 0 {
-        return None;
+pub fn start_fork(ps: &mut ProcState, tgid: u32, tid: u32, id: u32, now: u64) {
+    if tid == tgid {
+        // Field by field: a `ForkState` built on the stack and copied in costs stack that
+        // 6.1's verifier counts against the caller's.
+        let fs = &mut ps.fork;
+        fs.start_ns = now;
+        fs.syscall = id;
+        fs.child_tid = 0;
+        fs.clone_flags = 0;
+        fs.created_ns = 0;
+        fs.pt_mm = 0;
+        fs.pt_start = 0;
+        fs.pt_ns = 0;
+        active_add(active::FORKS, 1);
+        return;
     }
-    let (tgid, tid) = current_ids();
-    // SAFETY: the map value of a traced process, or of this thread's fork; only this thread
-    // writes its fork state.
-    let ps = unsafe { &mut *PROCS.get_ptr_mut(tgid)? };
-    fork_of(ps, tgid, tid)
+    let st = ForkState {
+        start_ns: now,
+        syscall: id,
+        ..Default::default()
+    };
+    if FORKS.insert(tid, st, 0).is_err() {
+        count_lost(stat::STATE_MAP_FULL);
+        return;
+    }
+    active_add(active::FORKS, 1);
 }
 
-/// The fork in flight of thread `tid` of process `ps`: in the process's entry for its main
-/// thread, else in `FORKS`.
+/// The fork in flight of thread `tid` of process `ps`.
 #[inline(always)]
 pub fn fork_of(ps: &'static mut ProcState, tgid: u32, tid: u32) -> Option<&'static mut ForkState> {
     if tid == tgid {
@@ -219,6 +248,41 @@ pub fn fork_of(ps: &'static mut ProcState, tgid: u32, tid: u32) -> Option<&'stat
     let fs = FORKS.get_ptr_mut(tid)?;
     // SAFETY: this thread's map value; only this thread writes it.
     Some(unsafe { &mut *fs })
+}
+
+/// Closes thread `tid`'s fork window (and its count in `ACTIVE`) and returns what it held. `ps` is its process's entry,
+/// if it has one (a thread other than the main one keeps its fork without it).
+#[inline(always)]
+pub fn take_fork(ps: Option<*mut ProcState>, tgid: u32, tid: u32) -> Option<ForkState> {
+    if tid == tgid {
+        // SAFETY: map value of a traced process; its fork state is this thread's.
+        let ps = unsafe { &mut *ps? };
+        if ps.fork.start_ns == 0 {
+            return None;
+        }
+        let fs = ps.fork;
+        ps.fork.start_ns = 0;
+        active_add(active::FORKS, -1);
+        return Some(fs);
+    }
+    let fs = FORKS.get_ptr(tid)?;
+    // SAFETY: this thread's map value.
+    let fs = unsafe { *fs };
+    let _ = FORKS.remove(tid);
+    active_add(active::FORKS, -1);
+    Some(fs)
+}
+
+/// The current thread's fork in flight, when any fork window is open anywhere.
+#[inline(always)]
+pub fn fork_in_flight() -> Option<&'static mut ForkState> {
+    if active(active::FORKS) == 0 {
+        return None;
+    }
+    let (tgid, tid) = current_ids();
+    // SAFETY: the map value of a traced process.
+    let ps = unsafe { &mut *PROCS.get_ptr_mut(tgid)? };
+    fork_of(ps, tgid, tid)
 }
 
 /// The current process's state, when a window of kind `index` (`active::*`) is open anywhere.

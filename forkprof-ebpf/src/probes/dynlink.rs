@@ -136,10 +136,7 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     };
     // SAFETY: the reservation is ours until submitted; every field is written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    rec.hdr.kind = kind::LD;
-    rec.hdr._pad = 0;
-    rec.hdr.ts_ns = end;
-    rec.hdr.proc = ps.key;
+    maps::set_header(&mut rec.hdr, kind::LD, end, ps.key);
     rec.outcome = outcome;
     rec.openat_count = openat;
     rec.syscalls = syscalls;

@@ -59,10 +59,7 @@ fn send_args(ctx: &RawTracePointContext, id: i64, ps: &ProcState, tid: u32, star
     };
     let path = maps::read_kernel_u64(regs_ptr, path_reg) as *const u8;
     let argv = maps::read_kernel_u64(regs_ptr, argv_reg) as *const *const u8;
-    rec.hdr.kind = kind::EXEC_ARGS;
-    rec.hdr._pad = 0;
-    rec.hdr.ts_ns = start;
-    rec.hdr.proc = ps.key;
+    maps::set_header(&mut rec.hdr, kind::EXEC_ARGS, start, ps.key);
     rec.tid = tid;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
@@ -156,10 +153,7 @@ pub fn on_exit(ret: i64) {
     let start = ps.exec_start_ns;
     let prepared_at = ps.exec_prepared_at;
     let loaded_at = ps.exec_loaded_at;
-    rec.hdr.kind = kind::EXEC_END;
-    rec.hdr._pad = 0;
-    rec.hdr.ts_ns = end;
-    rec.hdr.proc = ps.key;
+    maps::set_header(&mut rec.hdr, kind::EXEC_END, end, ps.key);
     rec.tid = ps.exec_tid;
     rec.errno = if ret < 0 { -ret as i32 } else { 0 };
     rec.start_ns = start;

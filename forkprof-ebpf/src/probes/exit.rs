@@ -73,22 +73,13 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
     let now = maps::now();
     let start = if started != 0 { started } else { now };
     dynlink::close(ps, ld_outcome::INCOMPLETE);
-    // An exec attempt that never returned (another thread ended the process): its window
-    // closes here, without a record.
-    if ps.in_exec != 0 {
-        ps.in_exec = 0;
-        maps::active_add(active::EXECS, -1);
-    }
     let cow = close_cow_window(ps);
     let child_run_ns = close_child_run(ps);
     // Written field by field into the map value: a record built on the stack and copied in
     // would take more stack than 6.1's verifier allows beside the caller's.
     let key = ps.key;
     let rec = &mut ps.exit;
-    rec.hdr.kind = kind::EXIT;
-    rec.hdr._pad = 0;
-    rec.hdr.ts_ns = now;
-    rec.hdr.proc = key;
+    maps::set_header(&mut rec.hdr, kind::EXIT, now, key);
     rec.exit_code = maps::read_kernel_u32(task, maps::layout().task_exit_code);
     rec.notified = 0;
     rec.exit_teardown_ns = 0;

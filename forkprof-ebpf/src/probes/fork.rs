@@ -3,12 +3,11 @@
 //! before the child can run).
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
-    ForkState, ProcKey, ProcState, RecordHeader, SpawnRecord, active, child_state, clone_flags,
-    kind, stat,
+    ProcKey, ProcState, RecordHeader, SpawnRecord, active, child_state, clone_flags, kind, stat,
 };
 
 use super::exit::finish as finish_exit;
-use crate::maps::{self, EVENTS, FORKS, PROCS};
+use crate::maps::{self, EVENTS, PROCS};
 
 pub fn on_enter(id: i64) {
     // A fork outside the `--cgroup` scope is not traced, even by a followed process.
@@ -19,30 +18,8 @@ pub fn on_enter(id: i64) {
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };
-    let now = maps::now();
-    if tid == tgid {
-        // SAFETY: map value of a traced process; its fork state is this thread's.
-        let fs = unsafe { &mut (*ps).fork };
-        fs.start_ns = now;
-        fs.syscall = id as u32;
-        fs.child_tid = 0;
-        fs.clone_flags = 0;
-        fs.created_ns = 0;
-        fs.pt_mm = 0;
-        fs.pt_start = 0;
-        fs.pt_ns = 0;
-    } else {
-        let st = ForkState {
-            start_ns: now,
-            syscall: id as u32,
-            ..Default::default()
-        };
-        if FORKS.insert(tid, st, 0).is_err() {
-            maps::count_lost(stat::STATE_MAP_FULL);
-            return;
-        }
-    }
-    maps::active_add(active::FORKS, 1);
+    // SAFETY: map value of a traced process.
+    maps::start_fork(unsafe { &mut *ps }, tgid, tid, id as u32, maps::now());
 }
 
 pub fn on_newtask(ctx: &RawTracePointContext) {
@@ -114,28 +91,9 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
 pub fn on_exit(ret: i64) {
     let (tgid, tid) = maps::current_ids();
     let ps = PROCS.get_ptr_mut(tgid);
-    let fs = if tid == tgid {
-        let Some(ps) = ps else {
-            return;
-        };
-        // SAFETY: map value of a traced process; its fork state is this thread's.
-        let ps = unsafe { &mut *ps };
-        if ps.fork.start_ns == 0 {
-            return;
-        }
-        let fs = ps.fork;
-        ps.fork.start_ns = 0;
-        fs
-    } else {
-        let Some(fs) = FORKS.get_ptr(tid) else {
-            return;
-        };
-        // SAFETY: this thread's map value.
-        let fs = unsafe { *fs };
-        let _ = FORKS.remove(tid);
-        fs
+    let Some(fs) = maps::take_fork(ps, tgid, tid) else {
+        return;
     };
-    maps::active_add(active::FORKS, -1);
     let parent = match ps {
         // SAFETY: map value of a traced process.
         Some(p) => unsafe { (*p).key },

@@ -53,6 +53,11 @@ pub mod stat {
     pub const COUNT: u32 = 3;
 }
 
+/// Slots of `PROC_SLOTS`, the direct-mapped array of traced processes (a power of two: the
+/// slot is `tgid & (PROC_SLOT_COUNT - 1)`). Linux's default `pid_max` is 32768 on machines
+/// with fewer than 32 CPUs, so there no two live processes share a slot.
+pub const PROC_SLOT_COUNT: u32 = 32768;
+
 /// Indices into the `ACTIVE` array: how many windows of each kind are open right now.
 /// Hot handlers read these first and return at once when the count is zero.
 pub mod active {
@@ -63,7 +68,10 @@ pub mod active {
     pub const COW: u32 = 4;
     /// Fork children that have not yet returned from the fork (see `child_state`).
     pub const CHILDREN: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// Processes in `PROCS_SPILL` (their `PROC_SLOTS` slot was taken): a lookup that misses
+    /// its slot reads the hash map only when this is not zero.
+    pub const SPILLED: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Where a fork child is in `child_run`: its first return from the fork-family syscall ->
@@ -282,10 +290,15 @@ pub struct ExitRecord {
     pub comm: [u8; COMM_LEN],
 }
 
-/// Per-process kernel state (map `PROCS`, keyed by tgid). Presence means "traced".
+/// Per-process kernel state: a slot of the array `PROC_SLOTS` (by tgid modulo
+/// `PROC_SLOT_COUNT`), or for a tgid whose slot is taken, an entry of the hash map
+/// `PROCS_SPILL`. Presence means "traced".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcState {
+    /// The tgid that holds this slot of `PROC_SLOTS` (0: free), claimed with a
+    /// compare-and-exchange; in `PROCS_SPILL`, the key's tgid.
+    pub owner: u64,
     pub key: ProcKey,
     pub ld_state: u32,
     pub ld_syscalls: u32,
@@ -399,3 +412,6 @@ const _: () =
 const _: () =
     assert!(core::mem::size_of::<ExecArgsRecord>() == 32 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN);
 const _: () = assert!(core::mem::size_of::<ExecEndRecord>() == 32 + 8 + 8 * 4 + 8 + 8 * 5);
+// The kernel zeroes a freed `PROC_SLOTS` slot word by word, `owner` (word 0) last.
+const _: () = assert!(core::mem::size_of::<ProcState>().is_multiple_of(8));
+const _: () = assert!(core::mem::offset_of!(ProcState, owner) == 0);

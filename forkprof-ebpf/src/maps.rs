@@ -1,28 +1,43 @@
 //! Maps and globals shared by all probes, and the small helpers that touch them.
-use core::intrinsics::{AtomicOrdering, atomic_xadd};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
-use forkprof_common::{ForkState, KernelLayout, ProcKey, ProcState, RecordHeader, active, stat};
+use forkprof_common::{
+    ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader, active, stat,
+};
 
 /// Records to the agent, one per lifecycle milestone.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 
-/// Traced processes by tgid. The agent seeds the root of `forkprof run`; task_newtask adds
-/// children of traced processes; exit removes them.
+/// Traced processes, direct-mapped by tgid: slot `tgid & PROC_SLOT_MASK` belongs to
+/// the process whose tgid is in its `owner`. An array lookup is an inlined address
+/// computation (16 ns here against 56 for a hash lookup), and a claimed slot needs no
+/// allocation: see `proc_of`, `insert_proc` and `remove_proc`, the only code that touches
+/// this map and `PROCS_SPILL` (docs/kernel-findings.md).
 #[map]
-pub static PROCS: HashMap<u32, ProcState> = HashMap::with_max_entries(65536, 0);
+pub static PROC_SLOTS: Array<ProcState> = Array::with_max_entries(PROC_SLOT_COUNT, 0);
+
+/// Traced processes whose slot in `PROC_SLOTS` another live process holds, by tgid.
+#[map]
+pub static PROCS_SPILL: HashMap<u32, ProcState> = HashMap::with_max_entries(32768, 0);
+
+/// Processes the agent asked to trace (`forkprof run`'s command, `record -p`), by tgid. The
+/// kernel adopts one into the traced set at its first fork, exec attempt or exit
+/// (`proc_state`), which every record of a process starts from.
+#[map]
+pub static SEEDS: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
 
 /// Threads other than a process's main thread inside a fork-family syscall, by tid (a main
 /// thread's fork is in its process's entry, `ProcState::fork`).
 #[map]
 pub static FORKS: HashMap<u32, ForkState> = HashMap::with_max_entries(16384, 0);
 
-/// The source of every `PROCS` insert, one zeroed `ProcState` per CPU: a `ProcState` built
+/// The source of every `PROCS_SPILL` insert, one zeroed `ProcState` per CPU: a `ProcState` built
 /// on the stack takes more than 6.1's verifier allows beside its callers' frames. Only
 /// `insert_proc` writes it, and it leaves it zeroed again.
 #[map]
@@ -36,7 +51,8 @@ pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 
 #[map]
 pub static ACTIVE: Array<u64> = Array::with_max_entries(active::COUNT, 0);
 
-/// 1: trace every process on the system (record/top/monitor); 0: only `PROCS` (run).
+/// 1: trace every process on the system (record/top/monitor); 0: only the traced set and
+/// its descendants (run, `record -p`).
 #[unsafe(no_mangle)]
 static TRACE_ALL: u32 = 0;
 
@@ -53,6 +69,18 @@ static CGROUP_SCOPED: u32 = 0;
 /// 1: the dynamic-linker brackets come from uprobes (`--precise-ld`), not from syscalls.
 #[unsafe(no_mangle)]
 static PRECISE_LD: u32 = 0;
+
+/// The slots of `PROC_SLOTS` in use, less one: `PROC_SLOT_COUNT - 1`, or fewer with
+/// `FORKPROF_TEST_PROC_SLOTS` (tests only: most processes then take the spill path).
+#[unsafe(no_mangle)]
+static PROC_SLOT_MASK: u32 = PROC_SLOT_COUNT - 1;
+
+/// The slot of process `tgid` in `PROC_SLOTS`.
+#[inline(always)]
+fn slot_of(tgid: u32) -> u32 {
+    // SAFETY: as in `trace_all`.
+    tgid & unsafe { core::ptr::read_volatile(&PROC_SLOT_MASK) }
+}
 
 /// 1: every program returns at entry (`FORKPROF_BENCH_EMPTY=1`, for benchmarks only). A
 /// read-only global, so the verifier drops whichever branch does not apply.
@@ -281,7 +309,7 @@ pub fn fork_in_flight() -> Option<&'static mut ForkState> {
     }
     let (tgid, tid) = current_ids();
     // SAFETY: the map value of a traced process.
-    let ps = unsafe { &mut *PROCS.get_ptr_mut(tgid)? };
+    let ps = unsafe { &mut *proc_of(tgid)? };
     fork_of(ps, tgid, tid)
 }
 
@@ -292,21 +320,39 @@ pub fn process_in_window(index: u32) -> Option<&'static mut ProcState> {
         return None;
     }
     let (tgid, _) = current_ids();
-    let ps = PROCS.get_ptr_mut(tgid)?;
+    let ps = proc_of(tgid)?;
     // SAFETY: map value of a traced process.
     Some(unsafe { &mut *ps })
 }
 
-/// The state of a traced process; in trace-all mode a process first seen now (inside the
-/// `--cgroup` scope, if any: see `in_scope`) is added with `start_ns == 0` ("existed before
-/// tracing", or created outside the scope).
+/// The state of traced process `tgid`, if it is traced.
+#[inline(always)]
+pub fn proc_of(tgid: u32) -> Option<*mut ProcState> {
+    let slot = PROC_SLOTS.get_ptr_mut(slot_of(tgid))?;
+    // SAFETY: an array value, valid for the map's life; `owner` is only ever written whole.
+    if unsafe { (*slot).owner } == u64::from(tgid) && tgid != 0 {
+        return Some(slot);
+    }
+    if active(active::SPILLED) == 0 {
+        return None;
+    }
+    PROCS_SPILL.get_ptr_mut(tgid)
+}
+
+/// The state of a traced process; a process not yet traced is added with `start_ns == 0`
+/// ("existed before tracing", or created outside the scope) when it is a seed, or in
+/// trace-all mode (inside the `--cgroup` scope, if any: see `in_scope`).
 #[inline(always)]
 pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
-    if let Some(p) = PROCS.get_ptr_mut(tgid) {
+    if let Some(p) = proc_of(tgid) {
         return Some(p);
     }
-    if !create || !trace_all() || !in_scope() {
+    if !create {
         return None;
+    }
+    if !(trace_all() && in_scope()) {
+        SEEDS.get_ptr(tgid)?;
+        let _ = SEEDS.remove(tgid);
     }
     let fresh = NewProc {
         key: ProcKey {
@@ -318,13 +364,14 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
     };
     // Another thread of the process may have added it since the lookup: then that entry
     // is the one.
-    match insert_proc(tgid, &fresh, false) {
-        Ok(()) | Err(NotInserted::Present) => PROCS.get_ptr_mut(tgid),
+    match insert_proc(tgid, &fresh) {
+        Ok(p) => Some(p),
+        Err(NotInserted::Present) => proc_of(tgid),
         Err(NotInserted::Lost) => None,
     }
 }
 
-/// The fields of a new `PROCS` entry that are not zero.
+/// The fields of a new entry that are not zero.
 #[derive(Default)]
 pub struct NewProc {
     pub key: ProcKey,
@@ -343,39 +390,100 @@ const EEXIST: i64 = 17;
 pub enum NotInserted {
     /// `tgid` has an entry already (left as it is).
     Present,
-    /// The map is full (counted as lost), or the template is missing.
+    /// Its slot was taken and `PROCS_SPILL` is full (counted as lost), or a map is missing.
     Lost,
 }
 
-/// Adds process `tgid` to `PROCS`. Replaces an entry only with `replace`: a replaced entry
-/// takes its open windows' counts in `ACTIVE` and a pending exit with it.
+/// Adds process `tgid` to the traced set: it claims the process's slot in `PROC_SLOTS` when
+/// that is free (an atomic compare-and-exchange of its `owner`, so two CPUs never both
+/// take it), else it goes to `PROCS_SPILL`.
+///
+/// A free slot is all zeros (`remove_proc` leaves it so), so a claim writes only the fields
+/// that are not zero. A new process is not yet visible to lookups of its tgid while they are
+/// written: a fork child cannot run before task_newtask returns, and in trace-all mode the
+/// only other readers are its own threads, which then see a zero field or two.
 #[inline(always)]
-pub fn insert_proc(tgid: u32, new: &NewProc, replace: bool) -> Result<(), NotInserted> {
+pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInserted> {
+    if tgid == 0 {
+        return Err(NotInserted::Lost);
+    }
+    if active(active::SPILLED) != 0 && PROCS_SPILL.get_ptr(tgid).is_some() {
+        return Err(NotInserted::Present);
+    }
+    let slot = PROC_SLOTS
+        .get_ptr_mut(slot_of(tgid))
+        .ok_or(NotInserted::Lost)?;
+    // SAFETY: an array value, 8-byte aligned; `owner` is only ever written whole.
+    let (held_by, claimed) = unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
+            &raw mut (*slot).owner,
+            0,
+            u64::from(tgid),
+        )
+    };
+    if claimed {
+        // SAFETY: this slot is ours now.
+        fill(unsafe { &mut *slot }, new);
+        return Ok(slot);
+    }
+    if held_by == u64::from(tgid) {
+        return Err(NotInserted::Present);
+    }
     let t = PROC_TEMPLATE.get_ptr_mut(0).ok_or(NotInserted::Lost)?;
     // SAFETY: this CPU's value; nothing else runs on this CPU while a program does.
     let t = unsafe { &mut *t };
-    t.key = new.key;
-    t.parent_tgid = new.parent_tgid;
-    t.in_cow_window = new.in_cow_window;
-    t.child_state = new.child_state;
-    t.cow_parent_base = new.cow_parent_base;
-    t.cow_ns_parent_base = new.cow_ns_parent_base;
+    t.owner = u64::from(tgid);
+    fill(t, new);
     // By reference: the value itself would be copied onto the stack first.
     let source: &ProcState = t;
-    let inserted = PROCS.insert(tgid, source, if replace { 0 } else { BPF_NOEXIST });
-    t.key = ProcKey::default();
-    t.parent_tgid = 0;
-    t.in_cow_window = 0;
-    t.child_state = 0;
-    t.cow_parent_base = 0;
-    t.cow_ns_parent_base = 0;
+    let inserted = PROCS_SPILL.insert(tgid, source, BPF_NOEXIST);
+    t.owner = 0;
+    fill(t, &NewProc::default());
     match inserted {
-        Ok(()) => Ok(()),
+        Ok(()) => {
+            active_add(active::SPILLED, 1);
+            PROCS_SPILL.get_ptr_mut(tgid).ok_or(NotInserted::Lost)
+        }
         Err(e) if -(e as i64) == EEXIST => Err(NotInserted::Present),
         Err(_) => {
             count_lost(stat::STATE_MAP_FULL);
             Err(NotInserted::Lost)
         }
+    }
+}
+
+/// Writes a new entry's fields that are not zero (or, from a default `NewProc`, zeroes them).
+#[inline(always)]
+fn fill(ps: &mut ProcState, new: &NewProc) {
+    ps.key = new.key;
+    ps.parent_tgid = new.parent_tgid;
+    ps.in_cow_window = new.in_cow_window;
+    ps.child_state = new.child_state;
+    ps.cow_parent_base = new.cow_parent_base;
+    ps.cow_ns_parent_base = new.cow_ns_parent_base;
+}
+
+/// Removes process `tgid` from the traced set. Its slot is zeroed word by word and then
+/// freed (`owner` last), so that the next claim finds it all zeros.
+#[inline(always)]
+pub fn remove_proc(tgid: u32) {
+    if let Some(slot) = PROC_SLOTS.get_ptr_mut(slot_of(tgid)) {
+        // SAFETY: as in `proc_of`.
+        if unsafe { (*slot).owner } == u64::from(tgid) && tgid != 0 {
+            let words = slot.cast::<u64>();
+            const WORDS: usize = core::mem::size_of::<ProcState>() / 8;
+            // Word 0 is `owner`: it is freed last.
+            for i in 1..WORDS {
+                // SAFETY: inside the slot's value (`ProcState` is a multiple of 8 bytes).
+                unsafe { core::ptr::write_volatile(words.add(i), 0) };
+            }
+            // SAFETY: as above.
+            unsafe { core::ptr::write_volatile(words, 0) };
+            return;
+        }
+    }
+    if active(active::SPILLED) != 0 && PROCS_SPILL.remove(tgid).is_ok() {
+        active_add(active::SPILLED, -1);
     }
 }
 

@@ -539,6 +539,21 @@ pub fn kernel_release() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// `FORKPROF_TEST_PROC_SLOTS=N` (for tests only): the kernel uses only the first `N` slots of
+/// its direct-mapped process array (a power of two, 1 to `PROC_SLOT_COUNT`), so that most
+/// processes share a slot and take the spill path, which a machine whose `pid_max` is the
+/// array's size never reaches. Returns the slot mask.
+pub fn proc_slot_mask(value: Option<&str>) -> Result<u32> {
+    let max = forkprof_common::PROC_SLOT_COUNT;
+    let Some(v) = value.filter(|v| !v.is_empty()) else {
+        return Ok(max - 1);
+    };
+    match v.parse::<u32>() {
+        Ok(n) if n.is_power_of_two() && n <= max => Ok(n - 1),
+        _ => bail!("FORKPROF_TEST_PROC_SLOTS must be a power of two from 1 to {max}, not {v:?}"),
+    }
+}
+
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let data = btf::read_kernel_btf()?;
@@ -551,6 +566,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let precise_ld = u32::from(opts.precise_ld);
     let bench_empty = u32::from(bench.empty);
     let cgroup_scoped = u32::from(opts.cgroup_scope.is_some());
+    let slot_var = std::env::var("FORKPROF_TEST_PROC_SLOTS").ok();
+    let proc_slot_mask = proc_slot_mask(slot_var.as_deref())?;
+    if proc_slot_mask != forkprof_common::PROC_SLOT_COUNT - 1 {
+        eprintln!(
+            "forkprof: test switch on: FORKPROF_TEST_PROC_SLOTS={} (most processes share a slot)",
+            proc_slot_mask + 1
+        );
+    }
     let object: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/forkprof"));
     if object.is_empty() {
         bail!("this forkprof was built without its eBPF programs (AYA_BUILD_SKIP)");
@@ -560,6 +583,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
         .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
+        .override_global("PROC_SLOT_MASK", &proc_slot_mask, true)
         .override_global("KERNEL_LAYOUT", &kernel.layout, true)
         .load(object)
         .context("loading the eBPF object")?;
@@ -831,6 +855,12 @@ mod tests {
         );
         assert!(s.warning().unwrap().contains("not measurements"));
         assert!(BenchSwitches::parse(Some("yes"), None).is_err());
+        assert_eq!(proc_slot_mask(None).unwrap(), 32767);
+        assert_eq!(proc_slot_mask(Some("1")).unwrap(), 0);
+        assert_eq!(proc_slot_mask(Some("4")).unwrap(), 3);
+        for bad in ["0", "3", "65536", "x"] {
+            assert!(proc_slot_mask(Some(bad)).is_err(), "{bad}");
+        }
         let e = BenchSwitches::parse(None, Some("syscalls,nosuch")).unwrap_err();
         assert!(e.to_string().contains("\"nosuch\""), "{e}");
         for job in JOBS {

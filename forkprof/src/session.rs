@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use aya::maps::MapData;
-use forkprof_common::{ProcKey, ProcState};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cgroups::{CgroupNames, CgroupScope, PopulatedWatch};
@@ -124,29 +123,24 @@ impl StopSignals {
     }
 }
 
-/// The kernel's traced set (map `PROCS`), by fd: valid while its session lives.
+/// The processes the agent asks the kernel to trace (map `SEEDS`), by fd: valid while its
+/// session lives. The kernel adopts a seed into its traced set at the process's first fork,
+/// exec attempt or exit, and follows its descendants from there.
 #[derive(Clone, Copy, Debug)]
-pub struct ProcsMap(i32);
+pub struct SeedsMap(i32);
 
-impl ProcsMap {
-    /// Adds `pid` (a process that exists already: creation time 0) with one raw bpf(2) call.
-    /// It allocates nothing and takes no lock, so a forked child may call it before exec
-    /// (still root): its exec is then traced from the first instruction.
+impl SeedsMap {
+    /// Adds `pid` with one raw bpf(2) call. It allocates nothing and takes no lock, so a
+    /// forked child may call it before exec (still root): its exec is then traced from the
+    /// first instruction.
     pub fn seed(self, pid: u32) -> std::io::Result<()> {
         const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-        let value = ProcState {
-            key: ProcKey {
-                start_ns: 0,
-                pid,
-                _pad: 0,
-            },
-            ..Default::default()
-        };
+        let value: u32 = 1;
         // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, key, value, flags (BPF_ANY).
         let attr: [u64; 4] = [
             self.0 as u64,
             &pid as *const u32 as u64,
-            &value as *const ProcState as u64,
+            &value as *const u32 as u64,
             0,
         ];
         // SAFETY: attr and the key/value it points to live until the call returns.
@@ -420,26 +414,26 @@ impl TraceSession {
         })
     }
 
-    /// The traced set, for a child to add itself before exec.
-    pub fn procs(&self) -> Result<ProcsMap> {
+    /// The seeds of the traced set, for a child to add itself before exec.
+    pub fn seeds(&self) -> Result<SeedsMap> {
         use std::os::fd::{AsFd as _, AsRawFd as _};
         let map = self
             .tracer
             .loaded
             .ebpf
-            .map("PROCS")
-            .context("map PROCS missing")?;
+            .map("SEEDS")
+            .context("map SEEDS missing")?;
         let aya::maps::Map::HashMap(data) = map else {
-            anyhow::bail!("map PROCS has an unexpected type");
+            anyhow::bail!("map SEEDS has an unexpected type");
         };
         let data: &MapData = data;
-        Ok(ProcsMap(data.fd().as_fd().as_raw_fd()))
+        Ok(SeedsMap(data.fd().as_fd().as_raw_fd()))
     }
 
     /// Adds a process that already exists to the traced set (`record -p`, bench), and
     /// reads its label from /proc.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
-        self.procs()?.seed(pid).context("adding it to map PROCS")?;
+        self.seeds()?.seed(pid).context("adding it to map SEEDS")?;
         self.names.found.add(&[pid]);
         Ok(())
     }

@@ -50,6 +50,68 @@ fn counts_each_method_exactly() {
     }
 }
 
+/// With `FORKPROF_TEST_PROC_SLOTS=2` the kernel's direct-mapped process array has two
+/// slots, so almost every process shares its slot with a live one and is kept in the spill
+/// map instead: the counts, exec attempts and exits must come out exactly as with a slot
+/// each. (On a machine whose `pid_max` is the array's size, 32768 here, the spill path is
+/// otherwise never taken.)
+#[test]
+fn processes_that_share_a_slot_are_followed_exactly() {
+    needs_root!();
+    let w = workload();
+    let count = N.to_string();
+    for (method, program) in [("fork", "/bin/true"), ("vfork", "/bin/true")] {
+        let cmd = [w.to_str().unwrap(), "spawn", method, &count, program];
+        let run = run_traced(&cmd, |c| {
+            c.env("FORKPROF_TEST_PROC_SLOTS", "2");
+        });
+        assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+        assert!(
+            run.stderr().contains("FORKPROF_TEST_PROC_SLOTS=2"),
+            "the switch must say it is on: {}",
+            run.stderr()
+        );
+        assert_eq!(run.summary("lost_events"), 0, "{method}");
+        assert_eq!(run.method(method), N, "{method}: {}", run.report["methods"]);
+        assert_eq!(run.summary("processes"), N + 1, "{method}: root + children");
+        assert_eq!(run.summary("execs"), N + 1, "{method}");
+        assert_eq!(run.summary("still_running"), 0, "{method}");
+        let attempts = run.exec_attempts();
+        let children = attempts
+            .iter()
+            .filter(|(path, errno)| path == program && *errno == 0)
+            .count() as u64;
+        assert_eq!(
+            children, N,
+            "{method}: every child's exec, joined with its path"
+        );
+        // Every process's exit was seen with its parent's notification, and every child's
+        // dynamic linker was followed to its end.
+        assert_eq!(run.summary("exits_without_notify"), 0, "{method}");
+        let with_phase = |phase: &str| {
+            run.report["processes"]
+                .as_array()
+                .expect("processes")
+                .iter()
+                .filter(|p| p["phases"][phase].as_u64().is_some_and(|ns| ns > 0))
+                .count() as u64
+        };
+        assert_eq!(with_phase("exit_teardown"), N + 1, "{method}");
+        assert!(with_phase("ld_reloc_init") >= N, "{method}");
+    }
+    let bad = Command::new(forkprof())
+        .args(["run", "--", "/bin/true"])
+        .env("FORKPROF_TEST_PROC_SLOTS", "3")
+        .output()
+        .expect("start forkprof");
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("power of two"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
 #[test]
 fn threads_are_counted_apart() {
     needs_root!();

@@ -2,7 +2,7 @@
 //! dirty_inode callback, bracketed by writeback_dirty_inode_start / writeback_dirty_inode.
 use forkprof_common::{ProcState, active, ld_state};
 
-use crate::maps::{self, PROCS};
+use crate::maps;
 
 #[inline(always)]
 fn in_window() -> Option<&'static mut ProcState> {
@@ -10,7 +10,7 @@ fn in_window() -> Option<&'static mut ProcState> {
         return None;
     }
     let (tgid, _) = maps::current_ids();
-    let ps = PROCS.get_ptr_mut(tgid)?;
+    let ps = maps::proc_of(tgid)?;
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     (ps.in_exec != 0 || ps.ld_state != ld_state::NONE).then_some(ps)

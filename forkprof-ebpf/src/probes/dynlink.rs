@@ -19,7 +19,7 @@ use forkprof_common::{
     ld_state, nr, stat,
 };
 
-use crate::maps::{self, EVENTS, PROCS, regs};
+use crate::maps::{self, EVENTS, regs};
 
 const ARCH_SET_FS: u64 = 0x1002;
 const PROT_READ: u64 = 0x1;
@@ -28,7 +28,7 @@ const PROT_READ: u64 = 0x1;
 /// mprotect); `ld_syscalls` counts those.
 pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
     let (tgid, _) = maps::current_ids();
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let Some(ps) = maps::proc_of(tgid) else {
         return;
     };
     // SAFETY: map value of a traced process.

@@ -11,7 +11,7 @@ use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{ExitRecord, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, EVENTS, PROCS};
+use crate::maps::{self, EVENTS};
 
 const SIGCHLD: i64 = 17;
 
@@ -34,7 +34,7 @@ pub fn on_exit_task_only(ctx: &RawTracePointContext) {
         return;
     }
     let (tgid, _) = maps::current_ids();
-    let started = match PROCS.get_ptr(tgid) {
+    let started = match maps::proc_of(tgid) {
         // SAFETY: map value of a traced process.
         Some(ps) => unsafe { (*ps).exit_start_ns },
         None => 0,
@@ -95,7 +95,7 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
 /// Sends a pending exit record and forgets the process; nothing for a process whose last
 /// thread has not exited (a thread's SIGCHLD, or the parent of an exiting process).
 pub fn finish(tgid: u32, notified: bool) {
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let Some(ps) = maps::proc_of(tgid) else {
         return;
     };
     // SAFETY: map value of a traced process.
@@ -115,7 +115,7 @@ pub fn finish(tgid: u32, notified: bool) {
     {
         maps::count_lost(stat::RINGBUF_FULL);
     }
-    let _ = PROCS.remove(tgid);
+    maps::remove_proc(tgid);
     maps::active_add(active::EXITS, -1);
 }
 

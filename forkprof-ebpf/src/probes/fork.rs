@@ -7,7 +7,7 @@ use forkprof_common::{
 };
 
 use super::exit::finish as finish_exit;
-use crate::maps::{self, EVENTS, PROCS};
+use crate::maps::{self, EVENTS};
 
 pub fn on_enter(id: i64) {
     // A fork outside the `--cgroup` scope is not traced, even by a followed process.
@@ -27,7 +27,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         return;
     }
     let (tgid, tid) = maps::current_ids();
-    let Some(parent) = PROCS.get_ptr_mut(tgid) else {
+    let Some(parent) = maps::proc_of(tgid) else {
         return;
     };
     let flags: u64 = ctx.arg(1);
@@ -72,11 +72,12 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
     // exit may still wait for a notification it will never get (a parent that ignores
     // SIGCHLD: the exit is sent from sched_process_free, after the pid was freed): that exit
     // goes now, counted as without notification, and the new process takes the entry.
-    match maps::insert_proc(child_tgid, &child, false) {
-        Ok(()) => {}
+    match maps::insert_proc(child_tgid, &child) {
+        Ok(_) => {}
         Err(maps::NotInserted::Present) => {
             finish_exit(child_tgid, false);
-            if maps::insert_proc(child_tgid, &child, true).is_err() {
+            maps::remove_proc(child_tgid);
+            if maps::insert_proc(child_tgid, &child).is_err() {
                 return;
             }
         }
@@ -90,7 +91,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
 
 pub fn on_exit(ret: i64) {
     let (tgid, tid) = maps::current_ids();
-    let ps = PROCS.get_ptr_mut(tgid);
+    let ps = maps::proc_of(tgid);
     let Some(fs) = maps::take_fork(ps, tgid, tid) else {
         return;
     };
@@ -160,7 +161,7 @@ pub fn on_child_return() {
     if tid != tgid {
         return;
     }
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let Some(ps) = maps::proc_of(tgid) else {
         return;
     };
     // SAFETY: map value of a traced process.

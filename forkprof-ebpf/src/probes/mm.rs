@@ -9,7 +9,7 @@
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{ProcState, active};
 
-use crate::maps::{self, PROCS};
+use crate::maps;
 
 /// x86 page-fault error code bits: the page was present, and the access was a write.
 const PF_PROT_WRITE: u64 = 0x1 | 0x2;
@@ -79,7 +79,7 @@ pub fn on_page_fault(ctx: &RawTracePointContext) {
         return;
     }
     let (tgid, _) = maps::current_ids();
-    let Some(ps) = PROCS.get_ptr_mut(tgid) else {
+    let Some(ps) = maps::proc_of(tgid) else {
         return;
     };
     // SAFETY: map value of a traced process.
@@ -141,7 +141,7 @@ pub fn close_cow_window(ps: &mut ProcState) -> CowTotals {
         faults: ps.cow_faults,
         ns: ps.cow_fault_ns,
     };
-    if let Some(parent) = PROCS.get_ptr_mut(ps.parent_tgid) {
+    if let Some(parent) = maps::proc_of(ps.parent_tgid) {
         // SAFETY: map value of a traced process.
         let parent = unsafe { &mut *parent };
         totals.faults += parent.cow_as_parent.saturating_sub(ps.cow_parent_base);

@@ -103,7 +103,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             ),
         ],
     })?;
-    let procs = session.procs()?;
+    let seeds = session.seeds()?;
 
     let mut cmd = std::process::Command::new(&resolved);
     cmd.arg0(program).args(&args.command[1..]);
@@ -120,7 +120,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     unsafe {
         cmd.pre_exec(move || {
             // Still root: the child adds itself, so its exec is traced and no pid can race.
-            procs.seed(std::process::id())?;
+            seeds.seed(std::process::id())?;
             if let Some(u) = &child_user {
                 u.become_user()?;
             }

@@ -402,6 +402,11 @@ pub enum NotInserted {
 /// that are not zero. A new process is not yet visible to lookups of its tgid while they are
 /// written: a fork child cannot run before task_newtask returns, and in trace-all mode the
 /// only other readers are its own threads, which then see a zero field or two.
+///
+/// One race is accepted: in trace-all mode, two threads of a new process that both miss its
+/// entry, exactly while the process that held its slot exits, may leave one copy in
+/// `PROCS_SPILL` that is never read again (it keeps `SPILLED` above 0, which only makes
+/// misses read the hash map).
 #[inline(always)]
 pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInserted> {
     if tgid == 0 {

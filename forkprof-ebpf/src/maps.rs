@@ -325,12 +325,18 @@ pub fn process_in_window(index: u32) -> Option<&'static mut ProcState> {
     Some(unsafe { &mut *ps })
 }
 
+/// Process `tgid`'s slot in `PROC_SLOTS`, if the process holds it.
+#[inline(always)]
+fn owned_slot(tgid: u32) -> Option<*mut ProcState> {
+    let slot = PROC_SLOTS.get_ptr_mut(slot_of(tgid))?;
+    // SAFETY: an array value, valid for the map's life; `owner` is only ever written whole.
+    (tgid != 0 && unsafe { (*slot).owner } == u64::from(tgid)).then_some(slot)
+}
+
 /// The state of traced process `tgid`, if it is traced.
 #[inline(always)]
 pub fn proc_of(tgid: u32) -> Option<*mut ProcState> {
-    let slot = PROC_SLOTS.get_ptr_mut(slot_of(tgid))?;
-    // SAFETY: an array value, valid for the map's life; `owner` is only ever written whole.
-    if unsafe { (*slot).owner } == u64::from(tgid) && tgid != 0 {
+    if let Some(slot) = owned_slot(tgid) {
         return Some(slot);
     }
     if active(active::SPILLED) == 0 {
@@ -472,20 +478,17 @@ fn fill(ps: &mut ProcState, new: &NewProc) {
 /// freed (`owner` last), so that the next claim finds it all zeros.
 #[inline(always)]
 pub fn remove_proc(tgid: u32) {
-    if let Some(slot) = PROC_SLOTS.get_ptr_mut(slot_of(tgid)) {
-        // SAFETY: as in `proc_of`.
-        if unsafe { (*slot).owner } == u64::from(tgid) && tgid != 0 {
-            let words = slot.cast::<u64>();
-            const WORDS: usize = core::mem::size_of::<ProcState>() / 8;
-            // Word 0 is `owner`: it is freed last.
-            for i in 1..WORDS {
-                // SAFETY: inside the slot's value (`ProcState` is a multiple of 8 bytes).
-                unsafe { core::ptr::write_volatile(words.add(i), 0) };
-            }
-            // SAFETY: as above.
-            unsafe { core::ptr::write_volatile(words, 0) };
-            return;
+    if let Some(slot) = owned_slot(tgid) {
+        let words = slot.cast::<u64>();
+        const WORDS: usize = core::mem::size_of::<ProcState>() / 8;
+        // Word 0 is `owner`: it is freed last.
+        for i in 1..WORDS {
+            // SAFETY: inside the slot's value (`ProcState` is a multiple of 8 bytes).
+            unsafe { core::ptr::write_volatile(words.add(i), 0) };
         }
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(words, 0) };
+        return;
     }
     if active(active::SPILLED) != 0 && PROCS_SPILL.remove(tgid).is_ok() {
         active_add(active::SPILLED, -1);

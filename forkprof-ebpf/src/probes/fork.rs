@@ -76,6 +76,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         Ok(_) => {}
         Err(maps::NotInserted::Present) => {
             finish_exit(child_tgid, false);
+            // An entry without a pending exit (a process whose exit was never seen) goes too.
             maps::remove_proc(child_tgid);
             if maps::insert_proc(child_tgid, &child).is_err() {
                 return;

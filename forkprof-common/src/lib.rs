@@ -219,6 +219,8 @@ pub struct ExecArgsRecord {
     /// Number of argv entries (may exceed `ARG_SLOTS`).
     pub argc: u32,
     pub path: [u8; PATH_LEN],
+    /// The first `min(argc, ARG_SLOTS)` are argv's strings; the kernel leaves the others
+    /// unwritten, so they must not be read.
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
 

@@ -1,6 +1,7 @@
-//! forkprof's kernel programs. Each hook is a thin `#[raw_tracepoint]` entry that calls into the
-//! probe module for its subsystem. Hot hooks (every syscall, mmap lock, page fault) read the
-//! `ACTIVE` window counters first and return when nothing is in flight. With
+//! forkprof's kernel programs. Each hook is a thin entry (mostly `#[raw_tracepoint]`; sys_enter
+//! and sys_exit are `#[btf_tracepoint]`, so their `pt_regs` loads need no helper) that calls
+//! into the probe module for its subsystem. Hot hooks (every syscall, mmap lock, page fault)
+//! read the `ACTIVE` window counters first and return when nothing is in flight. With
 //! `FORKPROF_BENCH_EMPTY=1` (benchmarks only) every program returns at entry, so the same
 //! hooks fire and cost only their dispatch: the floor that forkprof's own work sits on.
 #![no_std]
@@ -12,12 +13,16 @@ mod maps;
 mod probes;
 
 use aya_ebpf::{
-    macros::{fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
-    programs::{FEntryContext, FExitContext, ProbeContext, RawTracePointContext, RetProbeContext},
+    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
+    programs::{
+        BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RawTracePointContext,
+        RetProbeContext,
+    },
 };
 
-#[raw_tracepoint(tracepoint = "sys_enter")]
-pub fn forkprof_sys_enter(ctx: RawTracePointContext) -> i32 {
+// BTF tracepoints: their `pt_regs` argument is typed, so its fields are plain loads.
+#[btf_tracepoint(function = "sys_enter")]
+pub fn forkprof_sys_enter(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }
@@ -25,8 +30,8 @@ pub fn forkprof_sys_enter(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn forkprof_sys_exit(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sys_exit")]
+pub fn forkprof_sys_exit(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }

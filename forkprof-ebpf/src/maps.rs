@@ -47,9 +47,11 @@ pub static PROC_TEMPLATE: PerCpuArray<ProcState> = PerCpuArray::with_max_entries
 #[map]
 pub static STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
 
-/// Open windows of each kind (`active::*`), read first by hot handlers.
-#[map]
-pub static ACTIVE: Array<u64> = Array::with_max_entries(active::COUNT, 0);
+/// Open windows of each kind (`active::*`), read first by hot handlers. A global (in
+/// `.bss`), not an array map: a read is one load from a constant address, where an array
+/// lookup also computes and bounds-checks the index; hot handlers read it on every hit.
+#[unsafe(no_mangle)]
+static mut ACTIVE: [u64; active::COUNT as usize] = [0; active::COUNT as usize];
 
 /// 1: trace every process on the system (record/top/monitor); 0: only the traced set and
 /// its descendants (run, `record -p`).
@@ -204,6 +206,16 @@ pub fn set_header(hdr: &mut RecordHeader, kind: u32, ts_ns: u64, proc: ProcKey) 
     hdr.proc = proc;
 }
 
+/// `*dst = value` as one store that the compiler keeps as it is. A run of zero stores to
+/// neighbouring fields is otherwise merged into a call to `memset`, which for BPF is a loop
+/// of four instructions per byte: a fork's 44 bytes of state cost more than the rest of
+/// its entry.
+#[inline(always)]
+pub fn store<T>(dst: &mut T, value: T) {
+    // SAFETY: `dst` is a valid, aligned, exclusive reference.
+    unsafe { core::ptr::write_volatile(dst, value) }
+}
+
 /// (tgid, tid) of the current task.
 #[inline(always)]
 pub fn current_ids() -> (u32, u32) {
@@ -213,15 +225,18 @@ pub fn current_ids() -> (u32, u32) {
 
 #[inline(always)]
 pub fn active(index: u32) -> u64 {
-    ACTIVE.get(index).copied().unwrap_or(0)
+    // SAFETY: an in-bounds element of a global that lives as long as the program; volatile
+    // because other CPUs change it.
+    unsafe { core::ptr::read_volatile(core::ptr::addr_of!(ACTIVE[index as usize])) }
 }
 
 #[inline(always)]
 pub fn active_add(index: u32, delta: i64) {
-    if let Some(p) = ACTIVE.get_ptr_mut(index) {
-        // SAFETY: `p` points into an array map value, valid and 8-byte aligned. The result is
-        // unused, so this compiles to BPF's atomic add, which every kernel version supports.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, delta as u64) };
+    // SAFETY: an in-bounds element of a global, valid and 8-byte aligned. The result is
+    // unused, so this compiles to BPF's atomic add, which every kernel version supports.
+    unsafe {
+        let p = core::ptr::addr_of_mut!(ACTIVE[index as usize]);
+        atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, delta as u64);
     }
 }
 
@@ -246,19 +261,31 @@ pub fn start_fork(ps: &mut ProcState, tgid: u32, tid: u32, id: u32, now: u64) {
         let fs = &mut ps.fork;
         fs.start_ns = now;
         fs.syscall = id;
-        fs.child_tid = 0;
-        fs.clone_flags = 0;
-        fs.created_ns = 0;
-        fs.pt_mm = 0;
-        fs.pt_start = 0;
-        fs.pt_ns = 0;
+        store(&mut fs.child_tid, 0);
+        store(&mut fs.clone_flags, 0);
+        store(&mut fs.created_ns, 0);
+        store(&mut fs.pt_mm, 0);
+        store(&mut fs.pt_start, 0);
+        store(&mut fs.pt_ns, 0);
         active_add(active::FORKS, 1);
         return;
     }
-    let st = ForkState {
-        start_ns: now,
-        syscall: id,
-        ..Default::default()
+    // Field by field into uninitialized memory (see `store`): a struct literal with zeros
+    // becomes a `memset`.
+    let mut st = core::mem::MaybeUninit::<ForkState>::uninit();
+    let p = st.as_mut_ptr();
+    // SAFETY: every field of the `repr(C)` struct, which has no padding, is written once
+    // before it is read.
+    let st = unsafe {
+        core::ptr::addr_of_mut!((*p).start_ns).write_volatile(now);
+        core::ptr::addr_of_mut!((*p).syscall).write_volatile(id);
+        core::ptr::addr_of_mut!((*p).child_tid).write_volatile(0);
+        core::ptr::addr_of_mut!((*p).clone_flags).write_volatile(0);
+        core::ptr::addr_of_mut!((*p).created_ns).write_volatile(0);
+        core::ptr::addr_of_mut!((*p).pt_mm).write_volatile(0);
+        core::ptr::addr_of_mut!((*p).pt_start).write_volatile(0);
+        core::ptr::addr_of_mut!((*p).pt_ns).write_volatile(0);
+        st.assume_init_ref()
     };
     if FORKS.insert(tid, st, 0).is_err() {
         count_lost(stat::STATE_MAP_FULL);
@@ -508,11 +535,34 @@ pub fn read_kernel_ptr(base: *const u8, offset: u32) -> *const u8 {
     read_kernel_u64(base, offset as usize) as *const u8
 }
 
-/// Reads a u64 at a byte offset of a kernel struct (pt_regs fields).
+/// Reads a u64 at a byte offset of a kernel struct.
 #[inline(always)]
 pub fn read_kernel_u64(base: *const u8, offset: usize) -> u64 {
     // SAFETY: as above.
     unsafe { bpf_probe_read_kernel(base.add(offset) as *const u64) }.unwrap_or(0)
+}
+
+/// The syscall's saved registers, the `struct pt_regs *` that sys_enter and sys_exit pass.
+/// Their programs are BTF tracepoints (tp_btf), so the verifier knows the pointer's type and
+/// lets them load its fields directly: a load, where `bpf_probe_read_kernel` is a helper
+/// call (docs/kernel-findings.md).
+#[derive(Clone, Copy)]
+pub struct Regs(*const u8);
+
+impl Regs {
+    #[inline(always)]
+    pub fn new(ptr: *const u8) -> Self {
+        Self(ptr)
+    }
+
+    /// The register at `offset` (one of `regs::*`). The offset must be a constant at each
+    /// call: the verifier refuses a variable offset into a typed kernel pointer.
+    #[inline(always)]
+    pub fn get(self, offset: usize) -> u64 {
+        // SAFETY: a field of the tracepoint's `pt_regs` argument; the verifier checks the
+        // offset against the struct's BTF and turns the load into one that cannot fault.
+        unsafe { core::ptr::read_volatile(self.0.add(offset).cast::<u64>()) }
+    }
 }
 
 /// x86_64 `struct pt_regs` offsets (stable ABI).

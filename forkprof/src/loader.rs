@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{FEntry, FExit, KProbe, RawTracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint},
 };
 use serde::Serialize;
 
@@ -27,6 +27,9 @@ use crate::model::phases::{Phase, PhaseMap};
 pub enum Target {
     /// A raw tracepoint, with the leading arguments its program reads (their kinds).
     RawTp(&'static str, &'static [Param]),
+    /// A BTF tracepoint (tp_btf): the verifier checks the program's reads of the arguments
+    /// against this kernel's prototype, and lets it load through typed pointers directly.
+    BtfTp(&'static str),
     FEntry(&'static str),
     FExit(&'static str),
     KProbe(&'static str),
@@ -37,6 +40,7 @@ impl Target {
     pub fn kind(self) -> &'static str {
         match self {
             Self::RawTp(..) => "raw_tp",
+            Self::BtfTp(_) => "tp_btf",
             Self::FEntry(_) => "fentry",
             Self::FExit(_) => "fexit",
             Self::KProbe(_) => "kprobe",
@@ -47,6 +51,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Self::RawTp(n, _)
+            | Self::BtfTp(n)
             | Self::FEntry(n)
             | Self::FExit(n)
             | Self::KProbe(n)
@@ -54,7 +59,7 @@ impl Target {
         }
     }
 
-    /// "raw_tp sys_enter"
+    /// "tp_btf sys_enter"
     pub fn label(self) -> String {
         format!("{} {}", self.kind(), self.name())
     }
@@ -128,14 +133,8 @@ pub const JOBS: &[Job] = &[
             Phase::LdRelocInit,
         ],
         sources: &[one(&[
-            hook(
-                "forkprof_sys_enter",
-                Target::RawTp("sys_enter", &[Ptr, Int(8)]),
-            ),
-            hook(
-                "forkprof_sys_exit",
-                Target::RawTp("sys_exit", &[Ptr, Int(8)]),
-            ),
+            hook("forkprof_sys_enter", Target::BtfTp("sys_enter")),
+            hook("forkprof_sys_exit", Target::BtfTp("sys_exit")),
         ])],
     },
     Job {
@@ -166,7 +165,7 @@ pub const JOBS: &[Job] = &[
                     Target::RawTp("sched_process_exit", &[Ptr]),
                 )],
                 note: Some(
-                    "from the exit_group entry (raw_tp sys_enter): this kernel's \
+                    "from the exit_group entry (tp_btf sys_enter): this kernel's \
                      sched_process_exit follows exit_mm",
                 ),
             },
@@ -365,7 +364,7 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// For each phase, the hooks that measure it ("raw_tp sys_enter + raw_tp sys_exit"), or
+    /// For each phase, the hooks that measure it ("tp_btf sys_enter + tp_btf sys_exit"), or
     /// "not measured: <why>".
     pub fn sources(&self) -> PhaseMap<String> {
         let mut parts: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
@@ -629,9 +628,11 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             let mut ok = true;
             let mut source_deferred = Vec::new();
             for h in source.hooks {
-                let defer = opts.defer_hot && job.hot && matches!(h.target, Target::RawTp(..));
+                let defer = opts.defer_hot
+                    && job.hot
+                    && matches!(h.target, Target::RawTp(..) | Target::BtfTp(_));
                 let result = if defer {
-                    load_raw_tp(&mut ebpf, &kernel, h).map(|_| ())
+                    load_tracepoint(&mut ebpf, &kernel, vmlinux.as_ref(), h)
                 } else {
                     attach(&mut ebpf, &kernel, vmlinux.as_ref(), h)
                 };
@@ -702,12 +703,18 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
 /// ones attached stay attached.
 pub fn arm(loaded: &mut Loaded) -> Result<()> {
     for h in std::mem::take(&mut loaded.deferred) {
-        let Target::RawTp(name, _) = h.target else {
-            continue;
+        let attached = match h.target {
+            Target::RawTp(name, _) => {
+                let p: &mut RawTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
+                p.attach(name).map(|_| ())
+            }
+            Target::BtfTp(_) => {
+                let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
+                p.attach().map(|_| ())
+            }
+            _ => continue,
         };
-        let p: &mut RawTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
-        p.attach(name)
-            .with_context(|| format!("attaching {}", h.target.label()))?;
+        attached.with_context(|| format!("attaching {}", h.target.label()))?;
     }
     for status in &mut loaded.hooks {
         if status.status == "deferred" {
@@ -740,6 +747,7 @@ fn unload(ebpf: &mut Ebpf, h: &Hook) {
     if let Some(p) = ebpf.program_mut(h.program) {
         let _ = match p {
             aya::programs::Program::RawTracePoint(p) => p.unload(),
+            aya::programs::Program::BtfTracePoint(p) => p.unload(),
             aya::programs::Program::FEntry(p) => p.unload(),
             aya::programs::Program::FExit(p) => p.unload(),
             aya::programs::Program::KProbe(p) => p.unload(),
@@ -773,6 +781,32 @@ fn load_raw_tp<'a>(
     Ok(p)
 }
 
+/// Loads a BTF tracepoint program; the verifier checks it against this kernel's prototype.
+fn load_btf_tp<'a>(
+    ebpf: &'a mut Ebpf,
+    vmlinux: Option<&Btf>,
+    h: &Hook,
+    name: &str,
+) -> Result<&'a mut BtfTracePoint> {
+    let btf = vmlinux.context("no kernel BTF")?;
+    let p: &mut BtfTracePoint = program(ebpf, h)?.try_into()?;
+    p.load(name, btf).context("verifier rejected the program")?;
+    Ok(p)
+}
+
+/// Loads a tracepoint program of either kind without attaching it (`arm` attaches it).
+fn load_tracepoint(
+    ebpf: &mut Ebpf,
+    kernel: &KernelInfo,
+    vmlinux: Option<&Btf>,
+    h: &Hook,
+) -> Result<()> {
+    match h.target {
+        Target::BtfTp(name) => load_btf_tp(ebpf, vmlinux, h, name).map(|_| ()),
+        _ => load_raw_tp(ebpf, kernel, h).map(|_| ()),
+    }
+}
+
 /// The program of hook `h` in the object.
 fn program<'a>(ebpf: &'a mut Ebpf, h: &Hook) -> Result<&'a mut aya::programs::Program> {
     ebpf.program_mut(h.program)
@@ -783,6 +817,9 @@ fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook)
     match h.target {
         Target::RawTp(name, _) => {
             load_raw_tp(ebpf, kernel, h)?.attach(name)?;
+        }
+        Target::BtfTp(name) => {
+            load_btf_tp(ebpf, vmlinux, h, name)?.attach()?;
         }
         Target::FEntry(func) => {
             let btf = vmlinux.context("no kernel BTF")?;

@@ -603,7 +603,7 @@ fn precise_ld_matches_exec_to_main() {
         // ld_map still ends at arch_prctl(ARCH_SET_FS): its source names sys_enter too.
         let ld_map = run.report["sources"]["ld_map"].as_str().unwrap();
         assert!(
-            ld_map.starts_with("uprobe") && ld_map.contains("raw_tp sys_enter"),
+            ld_map.starts_with("uprobe") && ld_map.contains("tp_btf sys_enter"),
             "{ld_map}"
         );
         let gap = gap_median(

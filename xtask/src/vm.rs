@@ -538,7 +538,7 @@ mod tests {
     fn console_lines_are_found_behind_escapes_and_kernel_messages() {
         let lines: Vec<String> = [
             "\x1bc\x1b[?7l\x1b[2JVMINFO release 6.1.0-57-cloud-amd64\r",
-            "VMCHECK doctor PASS attached [raw_tp sys_enter]; failed []",
+            "VMCHECK doctor PASS attached [tp_btf sys_enter]; failed []",
             "[   12.3] random: crng init doneVMCHECK lineage FAIL pid 5 parent 1 (root 2)",
             "VMDOCTOR {\"kernel\":\"6.1\"}",
             "VMCHECK-DONE passed=1 failed=1",

@@ -13,20 +13,19 @@
 //! map/relocate boundary stays `arch_prctl(ARCH_SET_FS)`: glibc's second `_dl_debug_state`
 //! (RT_CONSISTENT) comes only after relocation, just before the ld.so.cache munmap, so it
 //! cannot split mapping from relocation (docs/kernel-findings.md).
-use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
     LD_MAX_SYSCALLS, LD_START_MAX_SYSCALLS, LdRecord, ProcState, active, kind, ld_outcome,
     ld_state, nr, stat,
 };
 
-use crate::maps::{self, EVENTS, regs};
+use crate::maps::{self, EVENTS, Regs, regs};
 
 const ARCH_SET_FS: u64 = 0x1002;
 const PROT_READ: u64 = 0x1;
 
 /// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap,
 /// mprotect); `ld_syscalls` counts those.
-pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
+pub fn on_syscall(regs: Regs, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_of(tgid) else {
         return;
@@ -37,10 +36,7 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
         return;
     }
     ps.ld_syscalls += 1;
-    let set_fs = || {
-        let regs_ptr: *const u8 = ctx.arg(0);
-        maps::read_kernel_u64(regs_ptr, regs::DI) == ARCH_SET_FS
-    };
+    let set_fs = || regs.get(regs::DI) == ARCH_SET_FS;
     let precise = maps::precise_ld();
     match ps.ld_state {
         ld_state::START => {
@@ -69,11 +65,8 @@ pub fn on_syscall(ctx: &RawTracePointContext, id: i64) {
         ld_state::STATIC => {
             // The RELRO mprotect ends static glibc's start-up; any other watched syscall
             // means the program runs already, and static_start ends at arch_prctl.
-            if id == nr::MPROTECT {
-                let regs_ptr: *const u8 = ctx.arg(0);
-                if maps::read_kernel_u64(regs_ptr, regs::DX) == PROT_READ {
-                    ps.ld_t1 = maps::now();
-                }
+            if id == nr::MPROTECT && regs.get(regs::DX) == PROT_READ {
+                ps.ld_t1 = maps::now();
             }
             close(ps, ld_outcome::NO_GLIBC_LD);
             return;
@@ -142,18 +135,15 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     rec.syscalls = syscalls;
     rec.atime_count = atime_count;
     rec.atime_ns = atime_ns;
-    rec.ld_start_ns = 0;
-    rec.ld_map_ns = 0;
-    rec.ld_reloc_init_ns = 0;
-    rec.static_start_ns = 0;
-    match outcome {
-        ld_outcome::COMPLETE => {
-            rec.ld_start_ns = t1 - t0;
-            rec.ld_map_ns = t2 - t1;
-            rec.ld_reloc_init_ns = end - t2;
-        }
-        ld_outcome::NO_GLIBC_LD => rec.static_start_ns = t1 - t0,
-        _ => {}
-    }
+    // Each field written once: zeros first and values after would become a `memset`.
+    let (ld_start, ld_map, ld_reloc_init, static_start) = match outcome {
+        ld_outcome::COMPLETE => (t1 - t0, t2 - t1, end - t2, 0),
+        ld_outcome::NO_GLIBC_LD => (0, 0, 0, t1 - t0),
+        _ => (0, 0, 0, 0),
+    };
+    maps::store(&mut rec.ld_start_ns, ld_start);
+    maps::store(&mut rec.ld_map_ns, ld_map);
+    maps::store(&mut rec.ld_reloc_init_ns, ld_reloc_init);
+    maps::store(&mut rec.static_start_ns, static_start);
     entry.submit(maps::submit_flags());
 }

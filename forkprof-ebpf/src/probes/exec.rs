@@ -2,16 +2,13 @@
 //! sched_prepare_exec tracepoint from 6.10; before that, the entry of `begin_new_exec`, where
 //! that tracepoint was later added, through fentry or a kprobe) and sched_process_exec (new
 //! image loaded).
-use aya_ebpf::{
-    helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes},
-    programs::RawTracePointContext,
-};
+use aya_ebpf::helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated};
 use forkprof_common::{
     ARG_SLOTS, ExecArgsRecord, ExecEndRecord, ProcState, active, kind, ld_state, nr, stat,
 };
 
 use super::{fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, EVENTS, regs};
+use crate::maps::{self, EVENTS, Regs, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS`.
 const ARGC_COUNT_MAX: u32 = 512;
@@ -20,7 +17,7 @@ const ARGC_COUNT_MAX: u32 = 512;
 /// attempt's times are kept in the process's own entry until the syscall returns. No map
 /// of its own: an attempt costs one reservation, not a hash insert, lookups and a delete of
 /// a record this size (docs/kernel-findings.md).
-pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
+pub fn on_enter(regs: Regs, id: i64) {
     let (tgid, tid) = maps::current_ids();
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
@@ -28,50 +25,48 @@ pub fn on_enter(ctx: &RawTracePointContext, id: i64) {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     let start = maps::now();
-    send_args(ctx, id, ps, tid, start);
+    send_args(regs, id, ps, tid, start);
     if ps.in_exec == 0 {
         maps::active_add(active::EXECS, 1);
     }
     ps.in_exec = 1;
     ps.exec_start_ns = start;
     ps.exec_tid = tid;
-    ps.exec_prepared_at = 0;
-    ps.exec_loaded_at = 0;
+    maps::store(&mut ps.exec_prepared_at, 0);
+    maps::store(&mut ps.exec_loaded_at, 0);
     // Only a fork child's first attempt gets a child_run; later ones get 0.
-    ps.child_run_ns = close_child_run(ps);
+    ps.child_run_ns = close_child_run(ps, start);
 }
 
 /// The attempt's `ExecArgsRecord`, written in place in the ring buffer.
 #[inline(always)]
-fn send_args(ctx: &RawTracePointContext, id: i64, ps: &ProcState, tid: u32, start: u64) {
+fn send_args(regs: Regs, id: i64, ps: &ProcState, tid: u32, start: u64) {
     let Some(mut entry) = EVENTS.reserve::<ExecArgsRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
         return;
     };
     // SAFETY: the reservation is ours until submitted; every field is written below before
-    // the submit (the strings' tails beyond their NUL are never read).
+    // the submit, except what the agent never reads: the strings' tails beyond their NUL and
+    // the argument slots from `argc` on.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    let regs_ptr: *const u8 = ctx.arg(0);
-    let (path_reg, argv_reg) = if id == nr::EXECVE {
-        (regs::DI, regs::SI)
+    // execve(path, argv, ..), execveat(dirfd, path, argv, ..); a constant offset per branch.
+    let (path, argv) = if id == nr::EXECVE {
+        (regs.get(regs::DI), regs.get(regs::SI))
     } else {
-        (regs::SI, regs::DX)
+        (regs.get(regs::SI), regs.get(regs::DX))
     };
-    let path = maps::read_kernel_u64(regs_ptr, path_reg) as *const u8;
-    let argv = maps::read_kernel_u64(regs_ptr, argv_reg) as *const *const u8;
+    let (path, argv) = (path as *const u8, argv as *const *const u8);
     maps::set_header(&mut rec.hdr, kind::EXEC_ARGS, start, ps.key);
     rec.tid = tid;
     rec.path[0] = 0;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it.
     let _ = unsafe { bpf_probe_read_user_str_bytes(path, &mut rec.path) };
+    // The slots from `argc` on are left as the ring buffer had them: the agent reads only
+    // the first `argc`, and not zeroing them spares writing a cache line per slot.
     let mut argc = 0u32;
-    for i in 0..ARG_SLOTS {
-        rec.args[i][0] = 0;
-    }
     if !argv.is_null() {
-        for i in 0..ARG_SLOTS {
-            // SAFETY: as above.
-            let arg = unsafe { bpf_probe_read_user(argv.add(i)) }.unwrap_or(core::ptr::null());
+        let ptrs = arg_pointers(argv);
+        for (i, &arg) in ptrs.iter().enumerate() {
             if arg.is_null() {
                 break;
             }
@@ -93,6 +88,36 @@ fn send_args(ctx: &RawTracePointContext, id: i64, ps: &ProcState, tid: u32, star
     }
     rec.argc = argc;
     entry.submit(maps::submit_flags());
+}
+
+/// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
+/// One user read of the whole block, where each read costs a helper call and a hardened
+/// usercopy check: a pointer at a time only when the block crosses into an unmapped page.
+#[inline(always)]
+fn arg_pointers(argv: *const *const u8) -> [*const u8; ARG_SLOTS] {
+    // Not zeroed first (a zeroing is a byte loop, `maps::store`): the helper writes every
+    // byte, what it read or zeros when it fails.
+    let mut ptrs = core::mem::MaybeUninit::<[*const u8; ARG_SLOTS]>::uninit();
+    // SAFETY: `ptrs` is ARG_SLOTS writable pointers; the helper validates the user address.
+    let whole = unsafe {
+        generated::bpf_probe_read_user(
+            ptrs.as_mut_ptr().cast(),
+            core::mem::size_of::<[*const u8; ARG_SLOTS]>() as u32,
+            argv.cast(),
+        )
+    };
+    // SAFETY: written whole by the helper above.
+    let mut ptrs = unsafe { ptrs.assume_init() };
+    if whole != 0 {
+        for (i, slot) in ptrs.iter_mut().enumerate() {
+            // SAFETY: as above.
+            *slot = unsafe { bpf_probe_read_user(argv.add(i)) }.unwrap_or(core::ptr::null());
+            if slot.is_null() {
+                break;
+            }
+        }
+    }
+    ptrs
 }
 
 /// The current process's exec attempt in flight, if any.

@@ -74,7 +74,7 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
     let start = if started != 0 { started } else { now };
     dynlink::close(ps, ld_outcome::INCOMPLETE);
     let cow = close_cow_window(ps);
-    let child_run_ns = close_child_run(ps);
+    let child_run_ns = close_child_run(ps, now);
     // Written field by field into the map value: a record built on the stack and copied in
     // would take more stack than 6.1's verifier allows beside the caller's.
     let key = ps.key;

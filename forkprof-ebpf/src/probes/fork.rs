@@ -3,7 +3,7 @@
 //! before the child can run).
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{
-    ProcKey, ProcState, RecordHeader, SpawnRecord, active, child_state, clone_flags, kind, stat,
+    ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, kind, stat,
 };
 
 use super::exit::finish as finish_exit;
@@ -127,28 +127,22 @@ pub fn on_exit(ret: i64) {
         maps::count_lost(stat::RINGBUF_FULL);
         return;
     };
-    entry.write(SpawnRecord {
-        hdr: RecordHeader {
-            kind: kind::SPAWN,
-            _pad: 0,
-            ts_ns: end,
-            proc,
-        },
-        parent,
-        parent_tid: tid,
-        child_tid: fs.child_tid,
-        clone_flags: fs.clone_flags,
-        syscall: fs.syscall,
-        errno: if ret < 0 { ret as i32 } else { 0 },
-        start_ns: fs.start_ns,
-        fork_ns: total - vfork_wait_ns,
-        pagetable_copy_ns: fs.pt_ns,
-        vfork_wait_ns,
-        cgroup_id: maps::cgroup_id(),
-        parent_comm: [0; 16],
-    });
-    // SAFETY: the reservation was just written.
-    maps::current_comm(unsafe { &mut (*entry.as_mut_ptr()).parent_comm });
+    // SAFETY: the reservation is ours until submitted; every field is written below (field
+    // by field: a whole struct with a zeroed `parent_comm` would be a `memset` first).
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    maps::set_header(&mut rec.hdr, kind::SPAWN, end, proc);
+    rec.parent = parent;
+    rec.parent_tid = tid;
+    rec.child_tid = fs.child_tid;
+    rec.clone_flags = fs.clone_flags;
+    rec.syscall = fs.syscall;
+    rec.errno = if ret < 0 { ret as i32 } else { 0 };
+    rec.start_ns = fs.start_ns;
+    rec.fork_ns = total - vfork_wait_ns;
+    rec.pagetable_copy_ns = fs.pt_ns;
+    rec.vfork_wait_ns = vfork_wait_ns;
+    rec.cgroup_id = maps::cgroup_id();
+    maps::current_comm(&mut rec.parent_comm);
     entry.submit(maps::submit_flags());
 }
 
@@ -174,11 +168,11 @@ pub fn on_child_return() {
     }
 }
 
-/// Ends `child_run` (at the first exec attempt, or at exit): its duration, or 0 when it was
-/// not running.
-pub fn close_child_run(ps: &mut ProcState) -> u64 {
+/// Ends `child_run` at `now` (the first exec attempt's start, or the exit's): its duration,
+/// or 0 when it was not running. The caller's clock read is shared: each costs about 90 ns.
+pub fn close_child_run(ps: &mut ProcState, now: u64) -> u64 {
     let ns = match ps.child_state {
-        child_state::RUNNING => maps::now() - ps.child_t0,
+        child_state::RUNNING => now - ps.child_t0,
         child_state::AWAITING => {
             maps::active_add(active::CHILDREN, -1);
             0

@@ -1,23 +1,25 @@
-//! raw sys_enter / sys_exit: dispatch by syscall number. Every syscall on the system passes
-//! here, so the common path is one compare chain plus (when no window is open) one array read.
-use aya_ebpf::programs::RawTracePointContext;
+//! sys_enter / sys_exit (BTF tracepoints): dispatch by syscall number. Every syscall on the
+//! system passes here, so the common path is one compare chain plus (when no window is open)
+//! a load of a window counter.
+use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{active, nr};
 
 use super::{dynlink, exec, exit, fork};
-use crate::maps::{self, regs};
+use crate::maps::{self, Regs, regs};
 
 #[inline(always)]
-pub fn on_enter(ctx: &RawTracePointContext) {
+pub fn on_enter(ctx: &BtfTracePointContext) {
+    let regs = Regs::new(ctx.arg(0));
     let id: i64 = ctx.arg(1);
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
-        nr::EXECVE | nr::EXECVEAT => exec::on_enter(ctx, id),
+        nr::EXECVE | nr::EXECVEAT => exec::on_enter(regs, id),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
         nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP | nr::MPROTECT
             if maps::active(active::LD) != 0 =>
         {
-            dynlink::on_syscall(ctx, id)
+            dynlink::on_syscall(regs, id)
         }
         // Once per process, and only where sched_process_exit follows exit_mm (a constant
         // for the verifier: the branch is pruned on other kernels).
@@ -27,15 +29,14 @@ pub fn on_enter(ctx: &RawTracePointContext) {
 }
 
 #[inline(always)]
-pub fn on_exit(ctx: &RawTracePointContext) {
-    if maps::active(active::FORKS) == 0
-        && maps::active(active::EXECS) == 0
-        && maps::active(active::CHILDREN) == 0
+pub fn on_exit(ctx: &BtfTracePointContext) {
+    // One test of the three counters rather than three branches.
+    if maps::active(active::FORKS) | maps::active(active::EXECS) | maps::active(active::CHILDREN)
+        == 0
     {
         return;
     }
-    let regs_ptr: *const u8 = ctx.arg(0);
-    let id = maps::read_kernel_u64(regs_ptr, regs::ORIG_AX) as i64;
+    let id = Regs::new(ctx.arg(0)).get(regs::ORIG_AX) as i64;
     let ret: i64 = ctx.arg(1);
     match id {
         // 0: the new task's first return; the parent gets the child's pid or an error.

@@ -388,6 +388,9 @@ pub struct KernelLayout {
     /// 1: sched_process_exit fires after exit_mm (it has no `group_dead` argument, before
     /// 6.16), so the teardown is timed from the exit_group syscall's entry instead.
     pub exit_at_syscall: u32,
+    /// `task_struct.comm`: the command name, 16 bytes with its NUL.
+    pub task_comm: u32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]

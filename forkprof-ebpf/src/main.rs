@@ -1,6 +1,7 @@
-//! forkprof's kernel programs. Each hook is a thin entry (mostly `#[raw_tracepoint]`; sys_enter
-//! and sys_exit are `#[btf_tracepoint]`, so their `pt_regs` loads need no helper) that calls
-//! into the probe module for its subsystem. Hot hooks (every syscall, mmap lock, page fault)
+//! forkprof's kernel programs. Each hook is a thin entry that calls into the probe module for
+//! its subsystem. Tracepoints whose arguments are kernel structs read (`pt_regs`,
+//! `task_struct`) are `#[btf_tracepoint]`s, so their fields are loads, not helper calls; the
+//! others are `#[raw_tracepoint]`s. Hot hooks (every syscall, mmap lock, page fault)
 //! read the `ACTIVE` window counters first and return when nothing is in flight. With
 //! `FORKPROF_BENCH_EMPTY=1` (benchmarks only) every program returns at entry, so the same
 //! hooks fire and cost only their dispatch: the floor that forkprof's own work sits on.
@@ -39,8 +40,8 @@ pub fn forkprof_sys_exit(ctx: BtfTracePointContext) -> i32 {
     0
 }
 
-#[raw_tracepoint(tracepoint = "task_newtask")]
-pub fn forkprof_task_newtask(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "task_newtask")]
+pub fn forkprof_task_newtask(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }
@@ -228,8 +229,8 @@ pub fn forkprof_dirty_inode(_ctx: RawTracePointContext) -> i32 {
 }
 
 /// sched_process_exit(task, group_dead): 6.16+, before exit_mm.
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn forkprof_sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }
@@ -238,8 +239,8 @@ pub fn forkprof_sched_process_exit(ctx: RawTracePointContext) -> i32 {
 }
 
 /// sched_process_exit(task): older kernels, after exit_mm.
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn forkprof_sched_process_exit_task(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn forkprof_sched_process_exit_task(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }
@@ -256,8 +257,8 @@ pub fn forkprof_signal_generate(ctx: RawTracePointContext) -> i32 {
     0
 }
 
-#[raw_tracepoint(tracepoint = "sched_process_free")]
-pub fn forkprof_sched_process_free(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_free")]
+pub fn forkprof_sched_process_free(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }

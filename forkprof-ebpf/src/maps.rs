@@ -2,7 +2,7 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
@@ -104,6 +104,8 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     task_signal: 0,
     signal_live: 0,
     exit_at_syscall: 0,
+    task_comm: 0,
+    _pad: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -183,18 +185,6 @@ pub fn now() -> u64 {
 pub fn cgroup_id() -> u64 {
     // SAFETY: helper without preconditions.
     unsafe { aya_ebpf::helpers::bpf_get_current_cgroup_id() }
-}
-
-/// The current task's comm, written where `out` is (a map value or a ring-buffer
-/// reservation) rather than returned on the stack; all zero if the helper fails.
-#[inline(always)]
-pub fn current_comm(out: &mut [u8; 16]) {
-    // SAFETY: `out` is 16 writable bytes.
-    let ret =
-        unsafe { aya_ebpf::helpers::generated::bpf_get_current_comm(out.as_mut_ptr().cast(), 16) };
-    if ret != 0 {
-        *out = [0; 16];
-    }
 }
 
 /// Fills a record's header where it lies (a ring-buffer reservation or a map value).
@@ -522,26 +512,6 @@ pub fn remove_proc(tgid: u32) {
     }
 }
 
-/// Reads a u32 field of a kernel struct at a byte offset.
-#[inline(always)]
-pub fn read_kernel_u32(base: *const u8, offset: u32) -> u32 {
-    // SAFETY: bpf_probe_read_kernel validates the address; errors read as 0.
-    unsafe { bpf_probe_read_kernel(base.add(offset as usize) as *const u32) }.unwrap_or(0)
-}
-
-/// Reads a pointer-sized field at a byte offset of a kernel struct.
-#[inline(always)]
-pub fn read_kernel_ptr(base: *const u8, offset: u32) -> *const u8 {
-    read_kernel_u64(base, offset as usize) as *const u8
-}
-
-/// Reads a u64 at a byte offset of a kernel struct.
-#[inline(always)]
-pub fn read_kernel_u64(base: *const u8, offset: usize) -> u64 {
-    // SAFETY: as above.
-    unsafe { bpf_probe_read_kernel(base.add(offset) as *const u64) }.unwrap_or(0)
-}
-
 /// The syscall's saved registers, the `struct pt_regs *` that sys_enter and sys_exit pass.
 /// Their programs are BTF tracepoints (tp_btf), so the verifier knows the pointer's type and
 /// lets them load its fields directly: a load, where `bpf_probe_read_kernel` is a helper
@@ -562,6 +532,75 @@ impl Regs {
         // SAFETY: a field of the tracepoint's `pt_regs` argument; the verifier checks the
         // offset against the struct's BTF and turns the load into one that cannot fault.
         unsafe { core::ptr::read_volatile(self.0.add(offset).cast::<u64>()) }
+    }
+}
+
+/// A kernel pointer whose type the verifier knows: a BTF tracepoint's `task_struct *`
+/// argument, the current task from `bpf_get_current_task_btf`, or a pointer field loaded
+/// through one. Its fields are plain loads, where a raw pointer needs a
+/// `bpf_probe_read_kernel` call for each. Offsets come from `KERNEL_LAYOUT`, a frozen
+/// read-only global, which the verifier reads as constants: it refuses a variable offset
+/// into a typed pointer.
+#[derive(Clone, Copy)]
+pub struct BtfPtr(*const u8);
+
+impl BtfPtr {
+    #[inline(always)]
+    pub fn new(ptr: *const u8) -> Self {
+        Self(ptr)
+    }
+
+    /// The current task (a helper only tracing programs such as BTF tracepoints may call).
+    #[inline(always)]
+    pub fn current_task() -> Self {
+        // SAFETY: helper without preconditions.
+        Self(unsafe { aya_ebpf::helpers::generated::bpf_get_current_task_btf() }.cast())
+    }
+
+    #[inline(always)]
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+
+    /// The u32 field at byte `offset`.
+    #[inline(always)]
+    pub fn u32_at(self, offset: u32) -> u32 {
+        // SAFETY: a field of the pointed-to struct; the verifier checks the offset against
+        // its BTF and makes the load one that cannot fault (a bad pointer reads 0).
+        unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<u32>()) }
+    }
+
+    /// The pointer field at byte `offset`, typed as its BTF member is.
+    #[inline(always)]
+    pub fn ptr_at(self, offset: u32) -> Self {
+        // SAFETY: as in `u32_at`.
+        Self(unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<*const u8>()) })
+    }
+
+    /// A task's `comm` (16 bytes, NUL-padded by the kernel) as two 8-byte loads: what
+    /// `bpf_get_current_comm` returns, without its string copy and padding.
+    #[inline(always)]
+    pub fn comm(self) -> [u64; 2] {
+        let at = layout().task_comm as usize;
+        // SAFETY: as in `u32_at`; both words lie inside `comm`.
+        unsafe {
+            [
+                core::ptr::read_volatile(self.0.add(at).cast::<u64>()),
+                core::ptr::read_volatile(self.0.add(at + 8).cast::<u64>()),
+            ]
+        }
+    }
+}
+
+/// Writes `comm` (from `BtfPtr::comm`) into a record's 16-byte comm field, which must be
+/// 8-byte aligned in an 8-byte aligned record (checked for each record where it is used).
+#[inline(always)]
+pub fn put_comm(field: &mut [u8; 16], comm: [u64; 2]) {
+    let words = field.as_mut_ptr().cast::<u64>();
+    // SAFETY: the callers' fields are 8-byte aligned (const assertions beside them).
+    unsafe {
+        core::ptr::write_volatile(words, comm[0]);
+        core::ptr::write_volatile(words.add(1), comm[1]);
     }
 }
 

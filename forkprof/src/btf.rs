@@ -256,6 +256,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
             task_pid: field("pid")?,
             task_tgid: field("tgid")?,
             task_exit_code: field("exit_code")?,
+            task_comm: field("comm")?,
             ..Default::default()
         },
         ..Default::default()
@@ -297,11 +298,12 @@ mod tests {
     use super::*;
 
     /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
-    /// struct signal_struct *signal; }`, `struct signal_struct { int x; int live; }`, and
+    /// struct signal_struct *signal; int comm; }` (the real `comm` is a char array; only its
+    /// offset matters here), `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -317,7 +319,7 @@ mod tests {
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 4, 24]);
+        push(&[s("task_struct"), (4 << 24) | 5, 32]);
         push(&[
             s("pid"),
             1,
@@ -331,6 +333,9 @@ mod tests {
             s("signal"),
             5,
             128,
+            s("comm"),
+            1,
+            192,
         ]);
         // 4: struct signal_struct { int x; int live; }
         push(&[s("signal_struct"), (4 << 24) | 2, 8]);
@@ -375,6 +380,7 @@ mod tests {
         let l = info.layout;
         assert_eq!((l.task_pid, l.task_tgid, l.task_exit_code), (0, 4, 12));
         assert_eq!((l.task_signal, l.signal_live), (16, 4));
+        assert_eq!(l.task_comm, 24);
         assert!(info.signal_live_missing.is_none());
     }
 

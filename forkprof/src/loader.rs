@@ -27,9 +27,10 @@ use crate::model::phases::{Phase, PhaseMap};
 pub enum Target {
     /// A raw tracepoint, with the leading arguments its program reads (their kinds).
     RawTp(&'static str, &'static [Param]),
-    /// A BTF tracepoint (tp_btf): the verifier checks the program's reads of the arguments
-    /// against this kernel's prototype, and lets it load through typed pointers directly.
-    BtfTp(&'static str),
+    /// A BTF tracepoint (tp_btf), with the leading arguments its program reads. Its program
+    /// loads the fields of the structs they point to directly (the verifier knows their
+    /// types), where a raw tracepoint's program calls a helper for each.
+    BtfTp(&'static str, &'static [Param]),
     FEntry(&'static str),
     FExit(&'static str),
     KProbe(&'static str),
@@ -40,7 +41,7 @@ impl Target {
     pub fn kind(self) -> &'static str {
         match self {
             Self::RawTp(..) => "raw_tp",
-            Self::BtfTp(_) => "tp_btf",
+            Self::BtfTp(..) => "tp_btf",
             Self::FEntry(_) => "fentry",
             Self::FExit(_) => "fexit",
             Self::KProbe(_) => "kprobe",
@@ -51,7 +52,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Self::RawTp(n, _)
-            | Self::BtfTp(n)
+            | Self::BtfTp(n, _)
             | Self::FEntry(n)
             | Self::FExit(n)
             | Self::KProbe(n)
@@ -68,7 +69,7 @@ impl Target {
     /// sched_process_exit (ptr, bool)", which tells the variants of one tracepoint apart.
     pub fn detailed_label(self) -> String {
         match self {
-            Self::RawTp(_, reads) if !reads.is_empty() => {
+            Self::RawTp(_, reads) | Self::BtfTp(_, reads) if !reads.is_empty() => {
                 format!("{} {}", self.label(), btf::show_params(reads))
             }
             _ => self.label(),
@@ -133,8 +134,14 @@ pub const JOBS: &[Job] = &[
             Phase::LdRelocInit,
         ],
         sources: &[one(&[
-            hook("forkprof_sys_enter", Target::BtfTp("sys_enter")),
-            hook("forkprof_sys_exit", Target::BtfTp("sys_exit")),
+            hook(
+                "forkprof_sys_enter",
+                Target::BtfTp("sys_enter", &[Ptr, Int(8)]),
+            ),
+            hook(
+                "forkprof_sys_exit",
+                Target::BtfTp("sys_exit", &[Ptr, Int(8)]),
+            ),
         ])],
     },
     Job {
@@ -145,7 +152,7 @@ pub const JOBS: &[Job] = &[
         feeds: &[Phase::Fork, Phase::VforkWait],
         sources: &[one(&[hook(
             "forkprof_task_newtask",
-            Target::RawTp("task_newtask", &[Ptr, Int(8)]),
+            Target::BtfTp("task_newtask", &[Ptr, Int(8)]),
         )])],
     },
     Job {
@@ -157,12 +164,12 @@ pub const JOBS: &[Job] = &[
         sources: &[
             one(&[hook(
                 "forkprof_sched_process_exit",
-                Target::RawTp("sched_process_exit", &[Ptr, Bool]),
+                Target::BtfTp("sched_process_exit", &[Ptr, Bool]),
             )]),
             Source {
                 hooks: &[hook(
                     "forkprof_sched_process_exit_task",
-                    Target::RawTp("sched_process_exit", &[Ptr]),
+                    Target::BtfTp("sched_process_exit", &[Ptr]),
                 )],
                 note: Some(
                     "from the exit_group entry (tp_btf sys_enter): this kernel's \
@@ -190,7 +197,7 @@ pub const JOBS: &[Job] = &[
         feeds: &[],
         sources: &[one(&[hook(
             "forkprof_sched_process_free",
-            Target::RawTp("sched_process_free", &[Ptr]),
+            Target::BtfTp("sched_process_free", &[Ptr]),
         )])],
     },
     Job {
@@ -312,14 +319,14 @@ pub const JOBS: &[Job] = &[
     },
 ];
 
-/// The raw tracepoints whose prototypes the hooks depend on.
-fn raw_tracepoints() -> Vec<&'static str> {
+/// The tracepoints (raw and BTF) whose prototypes the hooks depend on.
+fn tracepoints() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = JOBS
         .iter()
         .flat_map(|j| j.sources.iter())
         .flat_map(|s| s.hooks.iter())
         .filter_map(|h| match h.target {
-            Target::RawTp(name, _) => Some(name),
+            Target::RawTp(name, _) | Target::BtfTp(name, _) => Some(name),
             _ => None,
         })
         .collect();
@@ -556,7 +563,7 @@ pub fn proc_slot_mask(value: Option<&str>) -> Result<u32> {
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let data = btf::read_kernel_btf()?;
-    let kernel = btf::inspect(&data, &raw_tracepoints())?;
+    let kernel = btf::inspect(&data, &tracepoints())?;
     let bench = BenchSwitches::from_env()?;
     if let Some(line) = bench.warning() {
         eprintln!("{line}");
@@ -630,7 +637,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             for h in source.hooks {
                 let defer = opts.defer_hot
                     && job.hot
-                    && matches!(h.target, Target::RawTp(..) | Target::BtfTp(_));
+                    && matches!(h.target, Target::RawTp(..) | Target::BtfTp(..));
                 let result = if defer {
                     load_tracepoint(&mut ebpf, &kernel, vmlinux.as_ref(), h)
                 } else {
@@ -708,7 +715,7 @@ pub fn arm(loaded: &mut Loaded) -> Result<()> {
                 let p: &mut RawTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
                 p.attach(name).map(|_| ())
             }
-            Target::BtfTp(_) => {
+            Target::BtfTp(..) => {
                 let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
                 p.attach().map(|_| ())
             }
@@ -756,16 +763,9 @@ fn unload(ebpf: &mut Ebpf, h: &Hook) {
     }
 }
 
-/// Loads a raw tracepoint program, once this kernel's prototype of the tracepoint is known to
-/// start with the arguments the program reads.
-fn load_raw_tp<'a>(
-    ebpf: &'a mut Ebpf,
-    kernel: &KernelInfo,
-    h: &Hook,
-) -> Result<&'a mut RawTracePoint> {
-    let Target::RawTp(name, reads) = h.target else {
-        bail!("{} is not a raw tracepoint", h.target.label());
-    };
+/// Checks that this kernel's prototype of tracepoint `name` starts with the arguments a
+/// program reads.
+fn check_prototype(kernel: &KernelInfo, name: &str, reads: &[Param]) -> Result<()> {
     let params = kernel
         .params(name)
         .with_context(|| format!("no tracepoint {name} in this kernel's BTF"))?;
@@ -776,18 +776,37 @@ fn load_raw_tp<'a>(
             btf::show_params(reads)
         );
     }
+    Ok(())
+}
+
+/// Loads a raw tracepoint program, once this kernel's prototype of the tracepoint is known to
+/// start with the arguments the program reads.
+fn load_raw_tp<'a>(
+    ebpf: &'a mut Ebpf,
+    kernel: &KernelInfo,
+    h: &Hook,
+) -> Result<&'a mut RawTracePoint> {
+    let Target::RawTp(name, reads) = h.target else {
+        bail!("{} is not a raw tracepoint", h.target.label());
+    };
+    check_prototype(kernel, name, reads)?;
     let p: &mut RawTracePoint = program(ebpf, h)?.try_into()?;
     p.load().context("verifier rejected the program")?;
     Ok(p)
 }
 
-/// Loads a BTF tracepoint program; the verifier checks it against this kernel's prototype.
+/// Loads a BTF tracepoint program, once this kernel's prototype of the tracepoint is known to
+/// start with the arguments the program reads (the verifier checks the fields it loads).
 fn load_btf_tp<'a>(
     ebpf: &'a mut Ebpf,
+    kernel: &KernelInfo,
     vmlinux: Option<&Btf>,
     h: &Hook,
-    name: &str,
 ) -> Result<&'a mut BtfTracePoint> {
+    let Target::BtfTp(name, reads) = h.target else {
+        bail!("{} is not a BTF tracepoint", h.target.label());
+    };
+    check_prototype(kernel, name, reads)?;
     let btf = vmlinux.context("no kernel BTF")?;
     let p: &mut BtfTracePoint = program(ebpf, h)?.try_into()?;
     p.load(name, btf).context("verifier rejected the program")?;
@@ -802,7 +821,7 @@ fn load_tracepoint(
     h: &Hook,
 ) -> Result<()> {
     match h.target {
-        Target::BtfTp(name) => load_btf_tp(ebpf, vmlinux, h, name).map(|_| ()),
+        Target::BtfTp(..) => load_btf_tp(ebpf, kernel, vmlinux, h).map(|_| ()),
         _ => load_raw_tp(ebpf, kernel, h).map(|_| ()),
     }
 }
@@ -818,8 +837,8 @@ fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook)
         Target::RawTp(name, _) => {
             load_raw_tp(ebpf, kernel, h)?.attach(name)?;
         }
-        Target::BtfTp(name) => {
-            load_btf_tp(ebpf, vmlinux, h, name)?.attach()?;
+        Target::BtfTp(..) => {
+            load_btf_tp(ebpf, kernel, vmlinux, h)?.attach()?;
         }
         Target::FEntry(func) => {
             let btf = vmlinux.context("no kernel BTF")?;

@@ -7,30 +7,32 @@
 //! the task as the only argument: there the last thread is the one that finds the signal
 //! struct's `live` count at 0, and the teardown starts at the process's exit_group entry (or at
 //! sched_process_exit, without exit_mm, for a process killed by a signal).
-use aya_ebpf::programs::RawTracePointContext;
+use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{ExitRecord, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, EVENTS};
+use crate::maps::{self, BtfPtr, EVENTS};
 
 const SIGCHLD: i64 = 17;
 
+const _: () = assert!(core::mem::offset_of!(ExitRecord, comm) % 8 == 0);
+
 /// sched_process_exit(task, group_dead).
 #[inline(always)]
-pub fn on_exit_group_dead(ctx: &RawTracePointContext) {
+pub fn on_exit_group_dead(ctx: &BtfTracePointContext) {
     let group_dead: u64 = ctx.arg(1);
     if group_dead & 0xff != 0 {
-        on_last_thread_exit(ctx.arg(0), 0);
+        on_last_thread_exit(BtfPtr::new(ctx.arg(0)), 0);
     }
 }
 
 /// sched_process_exit(task): the group is dead when no live thread is left.
 #[inline(always)]
-pub fn on_exit_task_only(ctx: &RawTracePointContext) {
-    let task: *const u8 = ctx.arg(0);
+pub fn on_exit_task_only(ctx: &BtfTracePointContext) {
+    let task = BtfPtr::new(ctx.arg(0));
     let layout = maps::layout();
-    let signal = maps::read_kernel_ptr(task, layout.task_signal);
-    if signal.is_null() || maps::read_kernel_u32(signal, layout.signal_live) != 0 {
+    let signal = task.ptr_at(layout.task_signal);
+    if signal.is_null() || signal.u32_at(layout.signal_live) != 0 {
         return;
     }
     let (tgid, _) = maps::current_ids();
@@ -59,7 +61,7 @@ pub fn on_exit_group() {
 /// The last thread of a process is exiting; `started` is when its teardown began (0: now).
 /// The record waits in the process's own entry (`ProcState::exit`) for the notification.
 #[inline(always)]
-fn on_last_thread_exit(task: *const u8, started: u64) {
+fn on_last_thread_exit(task: BtfPtr, started: u64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
@@ -80,7 +82,7 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
     let key = ps.key;
     let rec = &mut ps.exit;
     maps::set_header(&mut rec.hdr, kind::EXIT, now, key);
-    rec.exit_code = maps::read_kernel_u32(task, maps::layout().task_exit_code);
+    rec.exit_code = task.u32_at(maps::layout().task_exit_code);
     rec.notified = 0;
     rec.exit_teardown_ns = 0;
     rec.cow_faults = cow.faults;
@@ -88,7 +90,8 @@ fn on_last_thread_exit(task: *const u8, started: u64) {
     rec.exit_ns = start;
     rec.child_run_ns = child_run_ns;
     rec.cgroup_id = maps::cgroup_id();
-    maps::current_comm(&mut rec.comm);
+    // The exiting task is the current one.
+    maps::put_comm(&mut rec.comm, task.comm());
     maps::active_add(active::EXITS, 1);
 }
 
@@ -119,7 +122,7 @@ pub fn finish(tgid: u32, notified: bool) {
     maps::active_add(active::EXITS, -1);
 }
 
-pub fn on_signal(ctx: &RawTracePointContext) {
+pub fn on_signal(ctx: &aya_ebpf::programs::RawTracePointContext) {
     if maps::active(active::EXITS) == 0 {
         return;
     }
@@ -131,14 +134,14 @@ pub fn on_signal(ctx: &RawTracePointContext) {
     finish(tgid, true);
 }
 
-pub fn on_free(ctx: &RawTracePointContext) {
+pub fn on_free(ctx: &BtfTracePointContext) {
     if maps::active(active::EXITS) == 0 {
         return;
     }
-    let task: *const u8 = ctx.arg(0);
+    let task = BtfPtr::new(ctx.arg(0));
     let layout = maps::layout();
-    let pid = maps::read_kernel_u32(task, layout.task_pid);
-    if pid != maps::read_kernel_u32(task, layout.task_tgid) {
+    let pid = task.u32_at(layout.task_pid);
+    if pid != task.u32_at(layout.task_tgid) {
         return;
     }
     finish(pid, false);

@@ -1,13 +1,13 @@
 //! Process and thread creation: the parent's fork-family syscall, timed from sys_enter to
 //! sys_exit, with the child's identity from task_newtask (which fires late in copy_process,
 //! before the child can run).
-use aya_ebpf::programs::RawTracePointContext;
+use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{
     ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, kind, stat,
 };
 
 use super::exit::finish as finish_exit;
-use crate::maps::{self, EVENTS};
+use crate::maps::{self, BtfPtr, EVENTS};
 
 pub fn on_enter(id: i64) {
     // A fork outside the `--cgroup` scope is not traced, even by a followed process.
@@ -22,7 +22,7 @@ pub fn on_enter(id: i64) {
     maps::start_fork(unsafe { &mut *ps }, tgid, tid, id as u32, maps::now());
 }
 
-pub fn on_newtask(ctx: &RawTracePointContext) {
+pub fn on_newtask(ctx: &BtfTracePointContext) {
     if maps::active(active::FORKS) == 0 {
         return;
     }
@@ -31,7 +31,7 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         return;
     };
     let flags: u64 = ctx.arg(1);
-    let task: *const u8 = ctx.arg(0);
+    let task = BtfPtr::new(ctx.arg(0));
     let layout = maps::layout();
     let created = maps::now();
     {
@@ -40,14 +40,14 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
         let Some(fs) = maps::fork_of(unsafe { &mut *parent }, tgid, tid) else {
             return;
         };
-        fs.child_tid = maps::read_kernel_u32(task, layout.task_pid);
+        fs.child_tid = task.u32_at(layout.task_pid);
         fs.clone_flags = flags;
         fs.created_ns = created;
     }
     if flags & clone_flags::CLONE_THREAD != 0 {
         return;
     }
-    let child_tgid = maps::read_kernel_u32(task, layout.task_tgid);
+    let child_tgid = task.u32_at(layout.task_tgid);
     // SAFETY: as above.
     let parent = unsafe { &mut *parent };
     let shares_vm = flags & clone_flags::CLONE_VM != 0;
@@ -90,6 +90,9 @@ pub fn on_newtask(ctx: &RawTracePointContext) {
     }
 }
 
+const _: () = assert!(core::mem::offset_of!(SpawnRecord, parent_comm) % 8 == 0);
+
+/// The parent's fork-family syscall returns (sys_exit, a BTF tracepoint).
 pub fn on_exit(ret: i64) {
     let (tgid, tid) = maps::current_ids();
     let ps = maps::proc_of(tgid);
@@ -142,7 +145,7 @@ pub fn on_exit(ret: i64) {
     rec.pagetable_copy_ns = fs.pt_ns;
     rec.vfork_wait_ns = vfork_wait_ns;
     rec.cgroup_id = maps::cgroup_id();
-    maps::current_comm(&mut rec.parent_comm);
+    maps::put_comm(&mut rec.parent_comm, BtfPtr::current_task().comm());
     entry.submit(maps::submit_flags());
 }
 

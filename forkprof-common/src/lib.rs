@@ -390,7 +390,9 @@ pub struct KernelLayout {
     pub exit_at_syscall: u32,
     /// `task_struct.comm`: the command name, 16 bytes with its NUL.
     pub task_comm: u32,
-    pub _pad: u32,
+    /// `task_struct.start_time`: when copy_process made the task, CLOCK_MONOTONIC ns (the
+    /// clock of `bpf_ktime_get_ns`).
+    pub task_start_time: u32,
 }
 
 #[cfg(feature = "user")]

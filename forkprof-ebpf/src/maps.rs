@@ -105,7 +105,7 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     signal_live: 0,
     exit_at_syscall: 0,
     task_comm: 0,
-    _pad: 0,
+    task_start_time: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -116,7 +116,13 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
-/// Flags for ring-buffer submit/output (see `WAKEUP_BYTES`).
+/// Flags for the ring-buffer submit of every record but a process's exit: no wakeup. The
+/// agent's periodic poll collects them, and the exit record, one per process, asks for a
+/// wakeup when `WAKEUP_BYTES` are waiting (`submit_flags`): a fill query on every record
+/// costs a helper call that reads the agent's consumer position.
+pub const QUIET: u64 = BPF_RB_NO_WAKEUP;
+
+/// Flags for a process's exit record (see `WAKEUP_BYTES`, `QUIET`).
 #[inline(always)]
 pub fn submit_flags() -> u64 {
     if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
@@ -568,6 +574,13 @@ impl BtfPtr {
         // SAFETY: a field of the pointed-to struct; the verifier checks the offset against
         // its BTF and makes the load one that cannot fault (a bad pointer reads 0).
         unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<u32>()) }
+    }
+
+    /// The u64 field at byte `offset`.
+    #[inline(always)]
+    pub fn u64_at(self, offset: u32) -> u64 {
+        // SAFETY: as in `u32_at`.
+        unsafe { core::ptr::read_volatile(self.0.add(offset as usize).cast::<u64>()) }
     }
 
     /// The pointer field at byte `offset`, typed as its BTF member is.

@@ -257,6 +257,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
             task_tgid: field("tgid")?,
             task_exit_code: field("exit_code")?,
             task_comm: field("comm")?,
+            task_start_time: field("start_time")?,
             ..Default::default()
         },
         ..Default::default()
@@ -298,12 +299,12 @@ mod tests {
     use super::*;
 
     /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
-    /// struct signal_struct *signal; int comm; }` (the real `comm` is a char array; only its
-    /// offset matters here), `struct signal_struct { int x; int live; }`, and
+    /// struct signal_struct *signal; int comm; int start_time; }` (the real `comm` is a char
+    /// array and `start_time` a u64; only their offsets matter here), `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -319,7 +320,7 @@ mod tests {
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 5, 32]);
+        push(&[s("task_struct"), (4 << 24) | 6, 40]);
         push(&[
             s("pid"),
             1,
@@ -336,6 +337,9 @@ mod tests {
             s("comm"),
             1,
             192,
+            s("start_time"),
+            1,
+            256,
         ]);
         // 4: struct signal_struct { int x; int live; }
         push(&[s("signal_struct"), (4 << 24) | 2, 8]);
@@ -380,7 +384,7 @@ mod tests {
         let l = info.layout;
         assert_eq!((l.task_pid, l.task_tgid, l.task_exit_code), (0, 4, 12));
         assert_eq!((l.task_signal, l.signal_live), (16, 4));
-        assert_eq!(l.task_comm, 24);
+        assert_eq!((l.task_comm, l.task_start_time), (24, 32));
         assert!(info.signal_live_missing.is_none());
     }
 

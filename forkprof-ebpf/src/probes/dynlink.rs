@@ -145,5 +145,5 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     maps::store(&mut rec.ld_map_ns, ld_map);
     maps::store(&mut rec.ld_reloc_init_ns, ld_reloc_init);
     maps::store(&mut rec.static_start_ns, static_start);
-    entry.submit(maps::submit_flags());
+    entry.submit(maps::QUIET);
 }

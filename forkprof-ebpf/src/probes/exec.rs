@@ -87,7 +87,7 @@ fn send_args(regs: Regs, id: i64, ps: &ProcState, tid: u32, start: u64) {
         }
     }
     rec.argc = argc;
-    entry.submit(maps::submit_flags());
+    entry.submit(maps::QUIET);
 }
 
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
@@ -200,5 +200,5 @@ pub fn on_exit(ret: i64) {
     rec.cow_fault_ns = cow_fault_ns;
     rec.child_run_ns = child_run_ns;
     rec.cgroup_id = maps::cgroup_id();
-    entry.submit(maps::submit_flags());
+    entry.submit(maps::QUIET);
 }

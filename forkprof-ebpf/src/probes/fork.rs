@@ -33,7 +33,9 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
     let flags: u64 = ctx.arg(1);
     let task = BtfPtr::new(ctx.arg(0));
     let layout = maps::layout();
-    let created = maps::now();
+    // The child's creation: its own start time, which copy_process took shortly before this
+    // tracepoint with the clock of `maps::now` (a load instead of a clock read).
+    let created = task.u64_at(layout.task_start_time);
     {
         // SAFETY: map value of a traced process; this borrow ends before `parent` is used
         // again below.
@@ -146,7 +148,7 @@ pub fn on_exit(ret: i64) {
     rec.vfork_wait_ns = vfork_wait_ns;
     rec.cgroup_id = maps::cgroup_id();
     maps::put_comm(&mut rec.parent_comm, BtfPtr::current_task().comm());
-    entry.submit(maps::submit_flags());
+    entry.submit(maps::QUIET);
 }
 
 /// A fork-family syscall returned 0: a new task's first return to user space. For the main

@@ -1,6 +1,7 @@
 //! forkprof under stress, faults and hostile input: it fails safe, says why, and leaves the
 //! kernel clean.
 use std::process::{Command, Stdio};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
@@ -8,8 +9,21 @@ use forkprof_tests::{
     workload,
 };
 
+/// The tests that check that no forkprof program is left loaded take this exclusively:
+/// every other test here may have an instance of its own loaded meanwhile, and shares it.
+static KERNEL: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    KERNEL.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    KERNEL.write().unwrap_or_else(PoisonError::into_inner)
+}
+
 #[test]
 fn bad_command_lines_exit_2_with_a_clap_message() {
+    let _kernel = shared();
     for args in [
         vec!["run", "--bogus", "--", "true"],
         vec!["record", "--duration", "5x", "-o", "/tmp/fp-x.db"],
@@ -28,6 +42,7 @@ fn bad_command_lines_exit_2_with_a_clap_message() {
 
 #[test]
 fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
+    let _kernel = exclusive();
     needs_root!();
     let w = workload();
     let out = Command::new(forkprof())
@@ -69,6 +84,7 @@ impl Drop for KillOnDrop {
 
 #[test]
 fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
+    let _kernel = exclusive();
     needs_root!();
     // Far longer than the test can take (wait_unloaded alone may wait 10 s): it must still be
     // running at the end, and is killed then.
@@ -96,6 +112,7 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
 
 #[test]
 fn two_instances_do_not_disturb_each_other() {
+    let _kernel = shared();
     needs_root!();
     let w = workload();
     let w2 = w.clone();
@@ -125,6 +142,7 @@ fn two_instances_do_not_disturb_each_other() {
 
 #[test]
 fn processes_in_another_pid_namespace_keep_their_lineage() {
+    let _kernel = shared();
     needs_root!();
     let w = workload();
     let run = run_traced(
@@ -150,6 +168,7 @@ fn processes_in_another_pid_namespace_keep_their_lineage() {
 
 #[test]
 fn hostile_names_and_arguments_are_escaped_everywhere() {
+    let _kernel = shared();
     needs_root!();
     let dir = tempdir();
     let name = std::ffi::OsStr::from_bytes(b"fp-odd\nname-\xff");
@@ -224,6 +243,7 @@ use std::os::unix::ffi::OsStrExt as _;
 
 #[test]
 fn a_full_disk_stops_the_recording_not_the_report() {
+    let _kernel = shared();
     needs_root!();
     let dir = tempdir();
     let mnt = dir.join("small");
@@ -338,6 +358,7 @@ fn helper_calls(object: &[u8]) -> Vec<u32> {
 /// call. Helper ids from the kernel's include/uapi/linux/bpf.h (`__BPF_FUNC_MAPPER`).
 #[test]
 fn the_kernel_programs_only_read() {
+    let _kernel = shared();
     const KTIME_GET_NS: u32 = 5;
     const FORBIDDEN: [(u32, &str); 4] = [
         (36, "bpf_probe_write_user"),
@@ -385,6 +406,7 @@ fn the_kernel_programs_only_read() {
 
 #[test]
 fn spawn_storm_reconciles_with_the_workloads_own_count() {
+    let _kernel = shared();
     needs_root!();
     let w = workload();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
@@ -431,6 +453,7 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
 
 #[test]
 fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
+    let _kernel = exclusive();
     needs_root!();
     let dir = tempdir();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -467,6 +490,7 @@ fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
 
 #[test]
 fn record_p_of_a_process_that_is_gone_says_so() {
+    let _kernel = shared();
     // Bad input: refused (exit 2) before anything is loaded, so no root is needed.
     let dir = tempdir();
     let mut gone = Command::new("true").spawn().unwrap();
@@ -485,6 +509,7 @@ fn record_p_of_a_process_that_is_gone_says_so() {
 
 #[test]
 fn a_reused_pid_is_two_processes_with_their_own_execs() {
+    let _kernel = shared();
     needs_root!();
     let w = workload();
     let run = run_traced(&[w.to_str().unwrap(), "reuse"], |_| {});
@@ -509,6 +534,7 @@ fn a_reused_pid_is_two_processes_with_their_own_execs() {
 
 #[test]
 fn nothing_world_writable_is_left_behind() {
+    let _kernel = shared();
     needs_root!();
     use std::os::unix::fs::PermissionsExt as _;
     let tmp = std::env::temp_dir();
@@ -541,11 +567,15 @@ fn nothing_world_writable_is_left_behind() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // The other tests of this binary, running alongside, have their own temp dirs there.
+    let ours = format!("forkprof-test-{}-", std::process::id());
     let left: Vec<_> = listing()
         .difference(&before)
         .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("forkprof"))
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with("forkprof") && !n.starts_with(&ours)
+            })
         })
         .cloned()
         .collect();
@@ -559,6 +589,7 @@ fn nothing_world_writable_is_left_behind() {
 /// `forkprof bench` stopped by a signal removes its working directory and exits 128 + N.
 #[test]
 fn bench_stopped_by_a_signal_cleans_up() {
+    let _kernel = shared();
     needs_root!();
     for (signal, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
         let child = Command::new(forkprof())
@@ -595,6 +626,7 @@ fn bench_stopped_by_a_signal_cleans_up() {
 /// into an error or an abort (exit 134): forkprof still exits with CMD's status.
 #[test]
 fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
+    let _kernel = shared();
     needs_root!();
     let mut child = Command::new(forkprof())
         .args(["run", "--", "sh", "-c", "sleep 0.2; exit 3"])

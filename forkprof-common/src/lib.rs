@@ -116,6 +116,8 @@ pub const COMM_LEN: usize = 16;
 pub const PATH_LEN: usize = 256;
 pub const ARG_SLOTS: usize = 8;
 pub const ARG_LEN: usize = 64;
+/// Bytes of argv an exec attempt's record carries: its strings, each with its NUL, in order.
+pub const ARGV_LEN: usize = 1024;
 /// Watched syscalls (access, openat, arch_prctl, munmap) after exec that may pass before
 /// ld.so's `access` before the window is given up.
 pub const LD_START_MAX_SYSCALLS: u32 = 16;
@@ -208,20 +210,29 @@ pub struct ExecRecord {
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
 
-/// An exec attempt's path and argv, sent at the syscall's entry, straight into the ring
-/// buffer (kind `EXEC_ARGS`). `hdr.ts_ns` is the attempt's `start_ns`, which names it.
+/// An exec attempt's path and argv, straight into the ring buffer (kind `EXEC_ARGS`), before
+/// its `ExecEndRecord`. `hdr.ts_ns` is the attempt's `start_ns`, which names it.
+///
+/// A successful attempt's is sent at sched_process_exec, from the kernel's copies: the path
+/// from `linux_binprm.filename`, argv in one read of the new image's stack
+/// (`mm->arg_start..arg_end`), where the kernel laid its strings out end to end. A failed
+/// attempt's is sent at its return, read from the caller's memory a string at a time, up to
+/// `ARG_SLOTS` strings of at most `ARG_LEN - 1` bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ExecArgsRecord {
     pub hdr: RecordHeader,
     /// Calling thread.
     pub tid: u32,
-    /// Number of argv entries (may exceed `ARG_SLOTS`).
+    /// Number of argv entries (may exceed what `argv` holds).
     pub argc: u32,
     pub path: [u8; PATH_LEN],
-    /// The first `min(argc, ARG_SLOTS)` are argv's strings; the kernel leaves the others
-    /// unwritten, so they must not be read.
-    pub args: [[u8; ARG_LEN]; ARG_SLOTS],
+    /// Bytes of `argv` that were written.
+    pub argv_len: u32,
+    pub _pad: u32,
+    /// argv's strings, each with its NUL, in order: the first `argv_len` bytes (the last
+    /// string may be cut short, without its NUL). The kernel leaves the rest unwritten.
+    pub argv: [u8; ARGV_LEN],
 }
 
 /// An exec attempt's times, sent at the syscall's exit (kind `EXEC_END`); the fields mean
@@ -393,6 +404,14 @@ pub struct KernelLayout {
     /// `task_struct.start_time`: when copy_process made the task, CLOCK_MONOTONIC ns (the
     /// clock of `bpf_ktime_get_ns`).
     pub task_start_time: u32,
+    /// `task_struct.mm`, `mm_struct.arg_start`, `.arg_end`: where a new image's argv lies.
+    pub task_mm: u32,
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    /// `linux_binprm.filename`, `.argc`.
+    pub bprm_filename: u32,
+    pub bprm_argc: u32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]
@@ -416,8 +435,7 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () =
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
-const _: () =
-    assert!(core::mem::size_of::<ExecArgsRecord>() == 32 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN);
+const _: () = assert!(core::mem::size_of::<ExecArgsRecord>() == 32 + 8 + PATH_LEN + 8 + ARGV_LEN);
 const _: () = assert!(core::mem::size_of::<ExecEndRecord>() == 32 + 8 + 8 * 4 + 8 + 8 * 5);
 // The kernel zeroes a freed `PROC_SLOTS` slot word by word, `owner` (word 0) last.
 const _: () = assert!(core::mem::size_of::<ProcState>().is_multiple_of(8));

@@ -201,12 +201,12 @@ pub fn forkprof_begin_new_exec_kprobe(_ctx: ProbeContext) -> u32 {
     0
 }
 
-#[raw_tracepoint(tracepoint = "sched_process_exec")]
-pub fn forkprof_sched_process_exec(_ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn forkprof_sched_process_exec(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
         return 0;
     }
-    probes::exec::on_process_exec();
+    probes::exec::on_process_exec(&ctx);
     0
 }
 

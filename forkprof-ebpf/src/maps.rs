@@ -106,6 +106,12 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     exit_at_syscall: 0,
     task_comm: 0,
     task_start_time: 0,
+    task_mm: 0,
+    mm_arg_start: 0,
+    mm_arg_end: 0,
+    bprm_filename: 0,
+    bprm_argc: 0,
+    _pad: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -566,6 +572,12 @@ impl BtfPtr {
     #[inline(always)]
     pub fn is_null(self) -> bool {
         self.0.is_null()
+    }
+
+    /// The pointer itself, for a helper that reads through it.
+    #[inline(always)]
+    pub fn raw(self) -> *const u8 {
+        self.0
     }
 
     /// The u32 field at byte `offset`.

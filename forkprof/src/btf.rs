@@ -258,10 +258,20 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
             task_exit_code: field("exit_code")?,
             task_comm: field("comm")?,
             task_start_time: field("start_time")?,
+            task_mm: field("mm")?,
             ..Default::default()
         },
         ..Default::default()
     };
+    let member = |strukt: &str, name: &str| {
+        btf.struct_id(strukt)
+            .and_then(|id| btf.member_offset(id, name))
+            .with_context(|| format!("{strukt}.{name} not found in BTF"))
+    };
+    info.layout.mm_arg_start = member("mm_struct", "arg_start")?;
+    info.layout.mm_arg_end = member("mm_struct", "arg_end")?;
+    info.layout.bprm_filename = member("linux_binprm", "filename")?;
+    info.layout.bprm_argc = member("linux_binprm", "argc")?;
     let live = btf
         .struct_id("signal_struct")
         .and_then(|s| btf.member_offset(s, "live"));
@@ -299,12 +309,13 @@ mod tests {
     use super::*;
 
     /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
-    /// struct signal_struct *signal; int comm; int start_time; }` (the real `comm` is a char
-    /// array and `start_time` a u64; only their offsets matter here), `struct signal_struct { int x; int live; }`, and
+    /// struct signal_struct *signal; int comm; int start_time; int mm; }` (the real types
+    /// differ; only the offsets matter here), `struct mm_struct { int x; int arg_start; int
+    /// arg_end; }`, `struct linux_binprm { int filename; int argc; }`, `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0linux_binprm\0filename\0argc\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -320,7 +331,7 @@ mod tests {
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 6, 40]);
+        push(&[s("task_struct"), (4 << 24) | 7, 48]);
         push(&[
             s("pid"),
             1,
@@ -340,6 +351,9 @@ mod tests {
             s("start_time"),
             1,
             256,
+            s("mm"),
+            1,
+            320,
         ]);
         // 4: struct signal_struct { int x; int live; }
         push(&[s("signal_struct"), (4 << 24) | 2, 8]);
@@ -361,6 +375,12 @@ mod tests {
         // 10: pointer to it; 11: the typedef
         push(&[0, 2 << 24, 9]);
         push(&[s("btf_trace_sched_process_exit"), 8 << 24, 10]);
+        // 12: struct mm_struct { int x; int arg_start; int arg_end; }
+        push(&[s("mm_struct"), (4 << 24) | 3, 12]);
+        push(&[s("x"), 1, 0, s("arg_start"), 1, 32, s("arg_end"), 1, 64]);
+        // 13: struct linux_binprm { int filename; int argc; }
+        push(&[s("linux_binprm"), (4 << 24) | 2, 8]);
+        push(&[s("filename"), 1, 0, s("argc"), 1, 32]);
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         out.extend_from_slice(&[1, 0]);
@@ -384,7 +404,9 @@ mod tests {
         let l = info.layout;
         assert_eq!((l.task_pid, l.task_tgid, l.task_exit_code), (0, 4, 12));
         assert_eq!((l.task_signal, l.signal_live), (16, 4));
-        assert_eq!((l.task_comm, l.task_start_time), (24, 32));
+        assert_eq!((l.task_comm, l.task_start_time, l.task_mm), (24, 32, 40));
+        assert_eq!((l.mm_arg_start, l.mm_arg_end), (4, 8));
+        assert_eq!((l.bprm_filename, l.bprm_argc), (0, 4));
         assert!(info.signal_live_missing.is_none());
     }
 

@@ -164,9 +164,24 @@ fn joined(end: &ExecEndRecord, args: Option<&ExecArgsRecord>) -> ExecRecord {
         path: args.map_or([0; forkprof_common::PATH_LEN], |a| a.path),
         args: args.map_or(
             [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
-            |a| a.args,
+            argv_slots,
         ),
     }
+}
+
+/// The first `ARG_SLOTS` strings of a record's argv (NUL-separated, the first `argv_len`
+/// bytes), each cut to `ARG_LEN - 1` bytes and NUL-terminated in its slot.
+fn argv_slots(a: &ExecArgsRecord) -> [[u8; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS] {
+    let mut slots = [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS];
+    let len = (a.argv_len as usize).min(a.argv.len());
+    let strings = a.argv[..len].split(|&b| b == 0);
+    // A trailing NUL leaves an empty piece after the last string: `argc` bounds the count.
+    let count = (a.argc as usize).min(forkprof_common::ARG_SLOTS);
+    for (slot, arg) in slots.iter_mut().zip(strings).take(count) {
+        let n = arg.len().min(forkprof_common::ARG_LEN - 1);
+        slot[..n].copy_from_slice(&arg[..n]);
+    }
+    slots
 }
 
 /// The bytes of a record: what the kernel sends (used by tests, fuzzing and replay).
@@ -254,17 +269,53 @@ mod tests {
         }
     }
 
-    fn args(pid: u32, start_ns: u64, path: &[u8]) -> Vec<u8> {
+    fn args_record(pid: u32, start_ns: u64, path: &[u8], argv: &[&[u8]]) -> ExecArgsRecord {
         let mut a = ExecArgsRecord {
             hdr: header(kind::EXEC_ARGS, pid, start_ns),
             tid: pid,
-            argc: 1,
+            argc: argv.len() as u32,
             path: [0; forkprof_common::PATH_LEN],
-            args: [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
+            argv_len: 0,
+            _pad: 0,
+            argv: [0xaa; forkprof_common::ARGV_LEN],
         };
         a.path[..path.len()].copy_from_slice(path);
-        a.args[0][..path.len()].copy_from_slice(path);
-        encode(&a)
+        let mut off = 0;
+        for arg in argv {
+            a.argv[off..off + arg.len()].copy_from_slice(arg);
+            a.argv[off + arg.len()] = 0;
+            off += arg.len() + 1;
+        }
+        a.argv_len = off as u32;
+        a
+    }
+
+    fn args(pid: u32, start_ns: u64, path: &[u8]) -> Vec<u8> {
+        encode(&args_record(pid, start_ns, path, &[path]))
+    }
+
+    #[test]
+    fn argv_is_split_into_bounded_slots() {
+        let long = [b'x'; 100];
+        let argv: [&[u8]; 10] = [b"cc", b"", &long, b"-c", b"a", b"b", b"c", b"d", b"e", b"f"];
+        let a = args_record(1, 1, b"/bin/cc", &argv);
+        let slots = argv_slots(&a);
+        assert_eq!(c_bytes(&slots[0]), b"cc");
+        assert_eq!(c_bytes(&slots[1]), b"");
+        assert_eq!(c_bytes(&slots[2]), &long[..63]);
+        assert_eq!(c_bytes(&slots[3]), b"-c");
+        assert_eq!(c_bytes(&slots[7]), b"d");
+        // Bytes past `argv_len` (the 0xaa filler) are never read.
+        let mut short = args_record(1, 1, b"/bin/sh", &[b"sh", b"-c"]);
+        short.argc = 5;
+        let slots = argv_slots(&short);
+        assert_eq!(c_bytes(&slots[1]), b"-c");
+        assert_eq!(slots[2], [0; forkprof_common::ARG_LEN]);
+        // A last string cut without its NUL, and a record that says more than it holds.
+        short.argv_len = 4;
+        assert_eq!(c_bytes(&argv_slots(&short)[1]), b"-");
+        short.argv_len = u32::MAX;
+        let _ = argv_slots(&short);
     }
 
     fn end(pid: u32, start_ns: u64, exec_ns: u64) -> Vec<u8> {

@@ -221,15 +221,16 @@ pub const JOBS: &[Job] = &[
             )]),
         ],
     },
+    // Required: a successful exec's path and argv are read here, from the kernel's copies.
     Job {
         name: "exec_done",
         family: "sched",
-        required: false,
+        required: true,
         hot: false,
         feeds: &[Phase::ExecLoad],
         sources: &[one(&[hook(
             "forkprof_sched_process_exec",
-            Target::RawTp("sched_process_exec", &[]),
+            Target::BtfTp("sched_process_exec", &[Ptr, Int(4), Ptr]),
         )])],
     },
     Job {
@@ -869,7 +870,7 @@ mod tests {
     fn matching(job: &str, prototypes: &[(&str, &[Param])]) -> Vec<usize> {
         let job = JOBS.iter().find(|j| j.name == job).unwrap();
         let fits = |h: &Hook| match h.target {
-            Target::RawTp(name, reads) => prototypes
+            Target::RawTp(name, reads) | Target::BtfTp(name, reads) => prototypes
                 .iter()
                 .any(|(tp, params)| *tp == name && params.starts_with(reads)),
             _ => false,

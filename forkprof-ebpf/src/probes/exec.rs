@@ -2,22 +2,32 @@
 //! sched_prepare_exec tracepoint from 6.10; before that, the entry of `begin_new_exec`, where
 //! that tracepoint was later added, through fentry or a kprobe) and sched_process_exec (new
 //! image loaded).
-use aya_ebpf::helpers::{bpf_probe_read_user, bpf_probe_read_user_str_bytes, generated};
+//!
+//! The attempt's path and argv (`ExecArgsRecord`) come from the kernel's own copies when it
+//! succeeds: at sched_process_exec the path is `linux_binprm.filename` and argv lies end to
+//! end on the new image's stack, one read for all of it. Only a failed attempt's are read
+//! from the caller's memory, a string at a time, at its return (the caller's memory is
+//! intact then). Each user-memory read costs a helper call and a hardened-usercopy check,
+//! 150-350 ns on the machines measured (docs/kernel-findings.md).
+use aya_ebpf::{
+    helpers::{bpf_probe_read_user, generated},
+    programs::BtfTracePointContext,
+};
 use forkprof_common::{
-    ARG_SLOTS, ExecArgsRecord, ExecEndRecord, ProcState, active, kind, ld_state, nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecArgsRecord, ExecEndRecord, ProcState, active, kind, ld_state,
+    nr, stat,
 };
 
 use super::{fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, EVENTS, Regs, regs};
+use crate::maps::{self, BtfPtr, EVENTS, Regs, regs};
 
-/// argv entries counted (not copied) beyond `ARG_SLOTS`.
+/// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
 const ARGC_COUNT_MAX: u32 = 512;
 
-/// Syscall entry: the path and argv go straight into the ring buffer (`ExecArgsRecord`); the
-/// attempt's times are kept in the process's own entry until the syscall returns. No map
-/// of its own: an attempt costs one reservation, not a hash insert, lookups and a delete of
-/// a record this size (docs/kernel-findings.md).
-pub fn on_enter(regs: Regs, id: i64) {
+/// Syscall entry: the attempt's times are kept in the process's own entry until the syscall
+/// returns. No map of its own: an attempt costs no hash insert, lookups and a delete of a
+/// record this size (docs/kernel-findings.md).
+pub fn on_enter() {
     let (tgid, tid) = maps::current_ids();
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
@@ -25,7 +35,6 @@ pub fn on_enter(regs: Regs, id: i64) {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     let start = maps::now();
-    send_args(regs, id, ps, tid, start);
     if ps.in_exec == 0 {
         maps::active_add(active::EXECS, 1);
     }
@@ -38,17 +47,70 @@ pub fn on_enter(regs: Regs, id: i64) {
     ps.child_run_ns = close_child_run(ps, start);
 }
 
-/// The attempt's `ExecArgsRecord`, written in place in the ring buffer.
+/// A reservation for the attempt's `ExecArgsRecord`, its header, thread and argc written.
 #[inline(always)]
-fn send_args(regs: Regs, id: i64, ps: &ProcState, tid: u32, start: u64) {
+fn reserve_args(
+    ps: &ProcState,
+    argc: u32,
+) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<ExecArgsRecord>> {
     let Some(mut entry) = EVENTS.reserve::<ExecArgsRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
+        return None;
+    };
+    // SAFETY: the reservation is ours until submitted.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    maps::set_header(&mut rec.hdr, kind::EXEC_ARGS, ps.exec_start_ns, ps.key);
+    rec.tid = ps.exec_tid;
+    rec.argc = argc;
+    rec._pad = 0;
+    Some(entry)
+}
+
+/// A successful attempt's path and argv, at sched_process_exec(task, old_pid, bprm): the
+/// kernel's copies, the path in `bprm` and argv on the new image's stack. What is written
+/// is the path up to its NUL and the first `argv_len` bytes of `argv`; the agent reads
+/// nothing else.
+#[inline(always)]
+fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
+    let layout = maps::layout();
+    let Some(mut entry) = reserve_args(ps, bprm.u32_at(layout.bprm_argc)) else {
         return;
     };
-    // SAFETY: the reservation is ours until submitted; every field is written below before
-    // the submit, except what the agent never reads: the strings' tails beyond their NUL and
-    // the argument slots from `argc` on.
+    // SAFETY: as in `reserve_args`.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
+    let filename = bprm.ptr_at(layout.bprm_filename);
+    // SAFETY: a kernel string; the helper validates the address and always NUL-terminates.
+    if unsafe {
+        generated::bpf_probe_read_kernel_str(
+            rec.path.as_mut_ptr().cast(),
+            rec.path.len() as u32,
+            filename.raw().cast(),
+        )
+    } < 0
+    {
+        rec.path[0] = 0;
+    }
+    let mm = BtfPtr::current_task().ptr_at(layout.task_mm);
+    let (start, end) = (mm.u64_at(layout.mm_arg_start), mm.u64_at(layout.mm_arg_end));
+    let len = if end > start {
+        (end - start).min(ARGV_LEN as u64) as u32
+    } else {
+        0
+    };
+    // SAFETY: `len` ≤ ARGV_LEN bytes of the record; the helper validates the user address
+    // (the new image's stack, which the kernel has just written).
+    let read = unsafe {
+        generated::bpf_probe_read_user(rec.argv.as_mut_ptr().cast(), len, start as *const _)
+    };
+    rec.argv_len = if read == 0 { len } else { 0 };
+    entry.submit(maps::QUIET);
+}
+
+/// A failed attempt's path and argv, at its return, from the caller's memory (intact: the
+/// attempt failed before the point of no return). Up to `ARG_SLOTS` strings of at most
+/// `ARG_LEN - 1` bytes, end to end, as the image's stack would hold them.
+#[inline(always)]
+fn send_caller_args(regs: Regs, id: i64, ps: &ProcState) {
     // execve(path, argv, ..), execveat(dirfd, path, argv, ..); a constant offset per branch.
     let (path, argv) = if id == nr::EXECVE {
         (regs.get(regs::DI), regs.get(regs::SI))
@@ -56,43 +118,71 @@ fn send_args(regs: Regs, id: i64, ps: &ProcState, tid: u32, start: u64) {
         (regs.get(regs::SI), regs.get(regs::DX))
     };
     let (path, argv) = (path as *const u8, argv as *const *const u8);
-    maps::set_header(&mut rec.hdr, kind::EXEC_ARGS, start, ps.key);
-    rec.tid = tid;
-    rec.path[0] = 0;
-    // SAFETY: user pointer from the syscall's arguments; the helper validates it.
-    let _ = unsafe { bpf_probe_read_user_str_bytes(path, &mut rec.path) };
-    // The slots from `argc` on are left as the ring buffer had them: the agent reads only
-    // the first `argc`, and not zeroing them spares writing a cache line per slot.
-    let mut argc = 0u32;
-    if !argv.is_null() {
-        let ptrs = arg_pointers(argv);
-        for (i, &arg) in ptrs.iter().enumerate() {
+    let ptrs = if argv.is_null() {
+        [core::ptr::null(); ARG_SLOTS]
+    } else {
+        arg_pointers(argv)
+    };
+    let mut argc = ptrs.iter().take_while(|p| !p.is_null()).count() as u32;
+    if argc == ARG_SLOTS as u32 {
+        for i in ARG_SLOTS as u32..ARGC_COUNT_MAX {
+            // SAFETY: as above.
+            let arg =
+                unsafe { bpf_probe_read_user(argv.add(i as usize)) }.unwrap_or(core::ptr::null());
             if arg.is_null() {
                 break;
             }
-            // SAFETY: as above.
-            let _ = unsafe { bpf_probe_read_user_str_bytes(arg, &mut rec.args[i]) };
             argc += 1;
         }
-        if argc == ARG_SLOTS as u32 {
-            for i in ARG_SLOTS as u32..ARGC_COUNT_MAX {
-                // SAFETY: as above.
-                let arg = unsafe { bpf_probe_read_user(argv.add(i as usize)) }
-                    .unwrap_or(core::ptr::null());
-                if arg.is_null() {
-                    break;
-                }
-                argc += 1;
-            }
-        }
     }
-    rec.argc = argc;
+    let Some(mut entry) = reserve_args(ps, argc) else {
+        return;
+    };
+    // SAFETY: as in `reserve_args`.
+    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    // SAFETY: user pointer from the syscall's arguments; the helper validates it and always
+    // NUL-terminates.
+    if unsafe {
+        generated::bpf_probe_read_user_str(
+            rec.path.as_mut_ptr().cast(),
+            rec.path.len() as u32,
+            path.cast(),
+        )
+    } < 0
+    {
+        rec.path[0] = 0;
+    }
+    let mut off = 0usize;
+    for &arg in ptrs.iter() {
+        if arg.is_null() {
+            break;
+        }
+        // A bound the verifier can follow: each string starts at most ARG_SLOTS * ARG_LEN
+        // bytes in, and takes at most ARG_LEN.
+        let at = off & (ARGV_LEN - 1);
+        if at > ARGV_LEN - ARG_LEN {
+            break;
+        }
+        // SAFETY: ARG_LEN bytes of the record from `at`; the helper validates `arg`.
+        let n = unsafe {
+            generated::bpf_probe_read_user_str(
+                rec.argv.as_mut_ptr().add(at).cast(),
+                ARG_LEN as u32,
+                arg.cast(),
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        off = at + (n as usize & (ARG_LEN * 2 - 1));
+    }
+    rec.argv_len = off.min(ARGV_LEN) as u32;
     entry.submit(maps::QUIET);
 }
 
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
-/// One user read of the whole block, where each read costs a helper call and a hardened
-/// usercopy check: a pointer at a time only when the block crosses into an unmapped page.
+/// One user read of the whole block: a pointer at a time only when the block crosses into
+/// an unmapped page.
 #[inline(always)]
 fn arg_pointers(argv: *const *const u8) -> [*const u8; ARG_SLOTS] {
     // Not zeroed first (a zeroing is a byte loop, `maps::store`): the helper writes every
@@ -132,13 +222,15 @@ pub fn on_prepare_exec() {
     }
 }
 
-pub fn on_process_exec() {
+/// sched_process_exec(task, old_pid, bprm): the new image is loaded.
+pub fn on_process_exec(ctx: &BtfTracePointContext) {
     if let Some(ps) = exec_in_flight() {
         ps.exec_loaded_at = maps::now();
+        send_image_args(ps, BtfPtr::new(ctx.arg(2)));
     }
 }
 
-pub fn on_exit(ret: i64) {
+pub fn on_exit(regs: Regs, id: i64, ret: i64) {
     let Some(ps) = exec_in_flight() else {
         return;
     };
@@ -148,6 +240,12 @@ pub fn on_exit(ret: i64) {
     let (_, tid) = maps::current_ids();
     if ret != 0 && tid != ps.exec_tid {
         return;
+    }
+    // A failure before the point of no return leaves the caller's memory as it was: its
+    // path and argv are read there. After it (the new image could not be set up, and the
+    // process dies of SIGSEGV) that memory is gone, and there is nothing to read.
+    if ret != 0 && ps.exec_loaded_at == 0 && ps.exec_prepared_at == 0 {
+        send_caller_args(regs, id, ps);
     }
     let end = maps::now();
     ps.in_exec = 0;

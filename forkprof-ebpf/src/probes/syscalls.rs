@@ -13,7 +13,7 @@ pub fn on_enter(ctx: &BtfTracePointContext) {
     let id: i64 = ctx.arg(1);
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
-        nr::EXECVE | nr::EXECVEAT => exec::on_enter(regs, id),
+        nr::EXECVE | nr::EXECVEAT => exec::on_enter(),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
         nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP | nr::MPROTECT
@@ -36,13 +36,14 @@ pub fn on_exit(ctx: &BtfTracePointContext) {
     {
         return;
     }
-    let id = Regs::new(ctx.arg(0)).get(regs::ORIG_AX) as i64;
+    let regs = Regs::new(ctx.arg(0));
+    let id = regs.get(regs::ORIG_AX) as i64;
     let ret: i64 = ctx.arg(1);
     match id {
         // 0: the new task's first return; the parent gets the child's pid or an error.
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if ret == 0 => fork::on_child_return(),
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_exit(ret),
-        nr::EXECVE | nr::EXECVEAT => exec::on_exit(ret),
+        nr::EXECVE | nr::EXECVEAT => exec::on_exit(regs, id, ret),
         _ => {}
     }
 }

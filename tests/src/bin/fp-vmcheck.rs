@@ -360,6 +360,14 @@ fn lineage(report: &Value) -> Result<String, String> {
         if p["binary"].as_str() != Some(DYN) {
             bad.push(format!("pid {} binary {}", p["pid"], p["binary"]));
         }
+        // The workload execs with argv = [path]: read from the new image's stack.
+        let exec = &p["execs"][0];
+        if exec["args"] != serde_json::json!([DYN]) || exec["argc"] != 1 {
+            bad.push(format!(
+                "pid {} argv {} argc {}",
+                p["pid"], exec["args"], exec["argc"]
+            ));
+        }
     }
     let detail = format!("root {root_pid} with {} children", procs.len() - 1);
     if bad.is_empty() {

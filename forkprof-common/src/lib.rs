@@ -12,8 +12,8 @@ pub mod kind {
     pub const EXEC: u32 = 2;
     pub const LD: u32 = 3;
     pub const EXIT: u32 = 4;
-    /// What the kernel sends for an exec attempt: its path and argv at the syscall's entry
-    /// (`ExecArgsRecord`) and its times at the exit (`ExecEndRecord`). The agent joins the
+    /// What the kernel sends for an exec attempt: its path and argv (`ExecArgsRecord`, see
+    /// there) and its times at the syscall's return (`ExecEndRecord`). The agent joins the
     /// two into one `ExecRecord` (kind `EXEC`), which is what the rest of forkprof sees.
     pub const EXEC_ARGS: u32 = 5;
     pub const EXEC_END: u32 = 6;

@@ -92,8 +92,9 @@ pub fn decode_item(bytes: &[u8]) -> Result<Item, DecodeError> {
     }
 }
 
-/// Joins each exec attempt's path and argv (sent at the syscall's entry) with its times (sent
-/// at its exit) into one `ExecRecord`. The ring buffer hands items on in the order they were
+/// Joins each exec attempt's path and argv (sent at sched_process_exec, or at a failed
+/// attempt's return just before its end) with its times (sent at its return) into one
+/// `ExecRecord`. The ring buffer hands items on in the order they were
 /// reserved, so an attempt's args come before its end. An attempt is named by its process
 /// and its entry time. Args whose end never came (the ring buffer was full, or another
 /// thread's attempt took the window) are forgotten at the process's next attempt's end or at

@@ -258,35 +258,17 @@ pub fn count_lost(index: u32) {
 #[inline(always)]
 pub fn start_fork(ps: &mut ProcState, tgid: u32, tid: u32, id: u32, now: u64) {
     if tid == tgid {
-        // Field by field: a `ForkState` built on the stack and copied in costs stack that
-        // 6.1's verifier counts against the caller's.
-        let fs = &mut ps.fork;
-        fs.start_ns = now;
-        fs.syscall = id;
-        store(&mut fs.child_tid, 0);
-        store(&mut fs.clone_flags, 0);
-        store(&mut fs.created_ns, 0);
-        store(&mut fs.pt_mm, 0);
-        store(&mut fs.pt_start, 0);
-        store(&mut fs.pt_ns, 0);
+        // In place: a `ForkState` built on the stack and copied in costs stack that 6.1's
+        // verifier counts against the caller's.
+        // SAFETY: the process's own entry, valid and exclusive here.
+        unsafe { init_fork(&raw mut ps.fork, now, id) };
         active_add(active::FORKS, 1);
         return;
     }
-    // Field by field into uninitialized memory (see `store`): a struct literal with zeros
-    // becomes a `memset`.
     let mut st = core::mem::MaybeUninit::<ForkState>::uninit();
-    let p = st.as_mut_ptr();
-    // SAFETY: every field of the `repr(C)` struct, which has no padding, is written once
-    // before it is read.
+    // SAFETY: `init_fork` writes every field before `st` is read.
     let st = unsafe {
-        core::ptr::addr_of_mut!((*p).start_ns).write_volatile(now);
-        core::ptr::addr_of_mut!((*p).syscall).write_volatile(id);
-        core::ptr::addr_of_mut!((*p).child_tid).write_volatile(0);
-        core::ptr::addr_of_mut!((*p).clone_flags).write_volatile(0);
-        core::ptr::addr_of_mut!((*p).created_ns).write_volatile(0);
-        core::ptr::addr_of_mut!((*p).pt_mm).write_volatile(0);
-        core::ptr::addr_of_mut!((*p).pt_start).write_volatile(0);
-        core::ptr::addr_of_mut!((*p).pt_ns).write_volatile(0);
+        init_fork(st.as_mut_ptr(), now, id);
         st.assume_init_ref()
     };
     if FORKS.insert(tid, st, 0).is_err() {
@@ -294,6 +276,26 @@ pub fn start_fork(ps: &mut ProcState, tgid: u32, tid: u32, id: u32, now: u64) {
         return;
     }
     active_add(active::FORKS, 1);
+}
+
+/// Writes a fork window that opens at `now` in syscall `id`: every field, each once (see
+/// `store`: a struct literal with zeros would become a `memset`).
+///
+/// # Safety
+/// `fs` is valid for writes and aligned; `ForkState` is `repr(C)` without padding.
+#[inline(always)]
+unsafe fn init_fork(fs: *mut ForkState, now: u64, id: u32) {
+    // SAFETY: as the caller promises.
+    unsafe {
+        (&raw mut (*fs).start_ns).write_volatile(now);
+        (&raw mut (*fs).syscall).write_volatile(id);
+        (&raw mut (*fs).child_tid).write_volatile(0);
+        (&raw mut (*fs).clone_flags).write_volatile(0);
+        (&raw mut (*fs).created_ns).write_volatile(0);
+        (&raw mut (*fs).pt_mm).write_volatile(0);
+        (&raw mut (*fs).pt_start).write_volatile(0);
+        (&raw mut (*fs).pt_ns).write_volatile(0);
+    }
 }
 
 /// The fork in flight of thread `tid` of process `ps`.
@@ -524,35 +526,12 @@ pub fn remove_proc(tgid: u32) {
     }
 }
 
-/// The syscall's saved registers, the `struct pt_regs *` that sys_enter and sys_exit pass.
-/// Their programs are BTF tracepoints (tp_btf), so the verifier knows the pointer's type and
-/// lets them load its fields directly: a load, where `bpf_probe_read_kernel` is a helper
-/// call (docs/kernel-findings.md).
-#[derive(Clone, Copy)]
-pub struct Regs(*const u8);
-
-impl Regs {
-    #[inline(always)]
-    pub fn new(ptr: *const u8) -> Self {
-        Self(ptr)
-    }
-
-    /// The register at `offset` (one of `regs::*`). The offset must be a constant at each
-    /// call: the verifier refuses a variable offset into a typed kernel pointer.
-    #[inline(always)]
-    pub fn get(self, offset: usize) -> u64 {
-        // SAFETY: a field of the tracepoint's `pt_regs` argument; the verifier checks the
-        // offset against the struct's BTF and turns the load into one that cannot fault.
-        unsafe { core::ptr::read_volatile(self.0.add(offset).cast::<u64>()) }
-    }
-}
-
-/// A kernel pointer whose type the verifier knows: a BTF tracepoint's `task_struct *`
-/// argument, the current task from `bpf_get_current_task_btf`, or a pointer field loaded
-/// through one. Its fields are plain loads, where a raw pointer needs a
+/// A kernel pointer whose type the verifier knows: a BTF tracepoint's `pt_regs *`,
+/// `task_struct *` or `linux_binprm *` argument, the current task from
+/// `bpf_get_current_task_btf`, or a pointer field loaded through one. Its fields are plain loads, where a raw pointer needs a
 /// `bpf_probe_read_kernel` call for each. Offsets come from `KERNEL_LAYOUT`, a frozen
-/// read-only global, which the verifier reads as constants: it refuses a variable offset
-/// into a typed pointer.
+/// read-only global, which the verifier reads as constants, or from `regs`: it refuses a
+/// variable offset into a typed pointer.
 #[derive(Clone, Copy)]
 pub struct BtfPtr(*const u8);
 
@@ -606,14 +585,8 @@ impl BtfPtr {
     /// `bpf_get_current_comm` returns, without its string copy and padding.
     #[inline(always)]
     pub fn comm(self) -> [u64; 2] {
-        let at = layout().task_comm as usize;
-        // SAFETY: as in `u32_at`; both words lie inside `comm`.
-        unsafe {
-            [
-                core::ptr::read_volatile(self.0.add(at).cast::<u64>()),
-                core::ptr::read_volatile(self.0.add(at + 8).cast::<u64>()),
-            ]
-        }
+        let at = layout().task_comm;
+        [self.u64_at(at), self.u64_at(at + 8)]
     }
 }
 
@@ -631,8 +604,8 @@ pub fn put_comm(field: &mut [u8; 16], comm: [u64; 2]) {
 
 /// x86_64 `struct pt_regs` offsets (stable ABI).
 pub mod regs {
-    pub const DX: usize = 96;
-    pub const SI: usize = 104;
-    pub const DI: usize = 112;
-    pub const ORIG_AX: usize = 120;
+    pub const DX: u32 = 96;
+    pub const SI: u32 = 104;
+    pub const DI: u32 = 112;
+    pub const ORIG_AX: u32 = 120;
 }

@@ -19,7 +19,7 @@ use forkprof_common::{
 };
 
 use super::{fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, BtfPtr, EVENTS, Regs, regs};
+use crate::maps::{self, BtfPtr, EVENTS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
 const ARGC_COUNT_MAX: u32 = 512;
@@ -79,17 +79,15 @@ fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
     // SAFETY: as in `reserve_args`.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
     let filename = bprm.ptr_at(layout.bprm_filename);
-    // SAFETY: a kernel string; the helper validates the address and always NUL-terminates.
-    if unsafe {
+    // SAFETY: a kernel string; the helper validates the address, always NUL-terminates, and
+    // zeroes the buffer when it fails.
+    unsafe {
         generated::bpf_probe_read_kernel_str(
             rec.path.as_mut_ptr().cast(),
             rec.path.len() as u32,
             filename.raw().cast(),
         )
-    } < 0
-    {
-        rec.path[0] = 0;
-    }
+    };
     let mm = BtfPtr::current_task().ptr_at(layout.task_mm);
     let (start, end) = (mm.u64_at(layout.mm_arg_start), mm.u64_at(layout.mm_arg_end));
     let len = if end > start {
@@ -110,12 +108,12 @@ fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
 /// attempt failed before the point of no return). Up to `ARG_SLOTS` strings of at most
 /// `ARG_LEN - 1` bytes, end to end, as the image's stack would hold them.
 #[inline(always)]
-fn send_caller_args(regs: Regs, id: i64, ps: &ProcState) {
+fn send_caller_args(regs: BtfPtr, id: i64, ps: &ProcState) {
     // execve(path, argv, ..), execveat(dirfd, path, argv, ..); a constant offset per branch.
     let (path, argv) = if id == nr::EXECVE {
-        (regs.get(regs::DI), regs.get(regs::SI))
+        (regs.u64_at(regs::DI), regs.u64_at(regs::SI))
     } else {
-        (regs.get(regs::SI), regs.get(regs::DX))
+        (regs.u64_at(regs::SI), regs.u64_at(regs::DX))
     };
     let (path, argv) = (path as *const u8, argv as *const *const u8);
     let ptrs = if argv.is_null() {
@@ -140,18 +138,15 @@ fn send_caller_args(regs: Regs, id: i64, ps: &ProcState) {
     };
     // SAFETY: as in `reserve_args`.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    // SAFETY: user pointer from the syscall's arguments; the helper validates it and always
-    // NUL-terminates.
-    if unsafe {
+    // SAFETY: user pointer from the syscall's arguments; the helper validates it, always
+    // NUL-terminates, and zeroes the buffer when it fails.
+    unsafe {
         generated::bpf_probe_read_user_str(
             rec.path.as_mut_ptr().cast(),
             rec.path.len() as u32,
             path.cast(),
         )
-    } < 0
-    {
-        rec.path[0] = 0;
-    }
+    };
     let mut off = 0usize;
     for &arg in ptrs.iter() {
         if arg.is_null() {
@@ -230,7 +225,7 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     }
 }
 
-pub fn on_exit(regs: Regs, id: i64, ret: i64) {
+pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
     let Some(ps) = exec_in_flight() else {
         return;
     };

@@ -5,11 +5,11 @@ use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{active, nr};
 
 use super::{dynlink, exec, exit, fork};
-use crate::maps::{self, Regs, regs};
+use crate::maps::{self, BtfPtr, regs};
 
 #[inline(always)]
 pub fn on_enter(ctx: &BtfTracePointContext) {
-    let regs = Regs::new(ctx.arg(0));
+    let regs = BtfPtr::new(ctx.arg(0));
     let id: i64 = ctx.arg(1);
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
@@ -36,8 +36,8 @@ pub fn on_exit(ctx: &BtfTracePointContext) {
     {
         return;
     }
-    let regs = Regs::new(ctx.arg(0));
-    let id = regs.get(regs::ORIG_AX) as i64;
+    let regs = BtfPtr::new(ctx.arg(0));
+    let id = regs.u64_at(regs::ORIG_AX) as i64;
     let ret: i64 = ctx.arg(1);
     match id {
         // 0: the new task's first return; the parent gets the child's pid or an error.

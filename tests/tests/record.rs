@@ -138,12 +138,15 @@ fn outsider(dir: &Path, n: u32) -> (std::path::PathBuf, String) {
     )
 }
 
-fn binary_row<'a>(rep: &'a Value, needle: &str) -> Option<&'a Value> {
+/// The report's row for `binary`, by its full path: a system-wide recording also sees other
+/// tests' copies of the probe, which run at the same time from their own directories.
+fn binary_row<'a>(rep: &'a Value, binary: &Path) -> Option<&'a Value> {
+    let binary = binary.to_str().unwrap();
     rep["groups"]["binary"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["binary"].as_str().unwrap().ends_with(needle))
+        .find(|r| r["binary"].as_str() == Some(binary))
 }
 
 #[test]
@@ -151,7 +154,7 @@ fn record_system_wide_for_a_duration() {
     needs_root!();
     let dir = tempdir();
     let db = dir.join("sys.db");
-    let (_, script) = outsider(&dir, 40);
+    let (bin, script) = outsider(&dir, 40);
     let mut rec = Command::new(forkprof())
         .args(["record", "--duration", "3s", "-o"])
         .arg(&db)
@@ -170,7 +173,7 @@ fn record_system_wide_for_a_duration() {
     assert_eq!(status.code(), Some(0));
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
-    let row = binary_row(&rep, "fp-record-probe").expect("probe binary recorded");
+    let row = binary_row(&rep, &bin).expect("probe binary recorded");
     assert_eq!(row["processes"], 40);
     assert_eq!(rep["summary"]["lost_events"], 0);
     let _ = std::fs::remove_dir_all(&dir);
@@ -215,7 +218,7 @@ fn record_p_follows_one_tree_only() {
     assert_eq!(rec.wait().unwrap().code(), Some(0));
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
-    let row = binary_row(&rep, "fp-record-probe").expect("probe recorded");
+    let row = binary_row(&rep, &bin).expect("probe recorded");
     assert_eq!(row["processes"], 30, "only the traced tree's 30 runs");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -302,7 +305,7 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     needs_root!();
     let dir = tempdir();
     let db = dir.join("killed.db");
-    let (_, script) = outsider(&dir, 1_000_000);
+    let (bin, script) = outsider(&dir, 1_000_000);
     let mut rec = Command::new(forkprof())
         .args(["record", "-o"])
         .arg(&db)
@@ -319,13 +322,16 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     forkprof_tests::wait_unloaded();
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
-    let row = binary_row(&rep, "fp-record-probe").expect("committed batches readable");
+    let row = binary_row(&rep, &bin).expect("committed batches readable");
     assert!(row["processes"].as_u64().unwrap() > 10, "{row}");
     // docs/recording.md: after a kill the event tables answer its queries; the derived
     // tables are written only at a clean end.
     let execs = sqlite(
         &db,
-        "SELECT count(*) FROM execs WHERE errno = 0 AND path LIKE '%fp-record-probe'",
+        &format!(
+            "SELECT count(*) FROM execs WHERE errno = 0 AND path = '{}'",
+            bin.display()
+        ),
     );
     assert!(execs.parse::<u64>().unwrap() > 10, "{execs}");
     assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "0");

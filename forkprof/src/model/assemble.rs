@@ -63,7 +63,7 @@ impl Assembler {
         let (ts, exit_of) = match &record {
             Record::Spawn(r) => {
                 // A child counts as its parent's open child from its spawn record on.
-                if let Spawned::Process(_) = Method::spawned(r.syscall, r.clone_flags, r.errno) {
+                if let Spawned::Process(_) = Method::spawned(r) {
                     *self.open_children.entry(r.parent).or_default() += 1;
                 }
                 (r.hdr.ts_ns, None)
@@ -125,7 +125,13 @@ impl Assembler {
             let last = *chain.last().expect("not empty");
             let parent = self.trace.get(&last)?.parent;
             match parent {
-                Some(k) if self.trace.contains(&k) && !self.origins.contains_key(&k) => {
+                // A parent already in the chain would be a cycle, which no real lineage
+                // has; a corrupt recording must not make this loop forever.
+                Some(k)
+                    if self.trace.contains(&k)
+                        && !self.origins.contains_key(&k)
+                        && !chain.contains(&k) =>
+                {
                     chain.push(k)
                 }
                 _ => break,

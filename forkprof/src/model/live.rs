@@ -86,8 +86,10 @@ impl Live {
 
     pub fn ingest(&mut self, record: Record) {
         match &record {
-            Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
+            Record::Spawn(r) => match Method::spawned(r) {
                 Spawned::Failed => self.counters.failed_spawns += 1,
+                // Its child was never seen: not counted as a spawn of any method.
+                Spawned::ChildUnseen => {}
                 Spawned::Thread => self.counters.threads += 1,
                 Spawned::Process(method) => {
                     if let Some(i) = METHODS.iter().position(|&m| m == method) {

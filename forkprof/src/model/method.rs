@@ -1,5 +1,5 @@
 //! How a process (or thread) was created, from the syscall and its clone flags.
-use forkprof_common::{clone_flags, nr};
+use forkprof_common::{SpawnRecord, clone_flags, nr};
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -30,6 +30,10 @@ pub enum Spawned {
     Thread,
     /// A process, created this way.
     Process(Method),
+    /// A process or thread that the kernel did not see created: the syscall was in flight
+    /// when tracing began, so task_newtask was missed, and the record names the parent where
+    /// the child would be. Neither a process of the trace nor a thread; counted apart.
+    ChildUnseen,
 }
 
 impl Method {
@@ -52,11 +56,14 @@ impl Method {
         Self::Clone,
     ];
 
-    /// What a spawn record made: its syscall, clone flags and errno (0: success).
-    pub fn spawned(syscall: u32, flags: u64, errno: i32) -> Spawned {
-        match Self::classify(syscall, flags) {
-            _ if errno != 0 => Spawned::Failed,
+    /// What a spawn record made, from its syscall, clone flags and errno (0: success). The
+    /// kernel names the new process in `hdr.proc`; a record that names the parent there
+    /// without being a thread's never saw its child (`Spawned::ChildUnseen`).
+    pub fn spawned(r: &SpawnRecord) -> Spawned {
+        match Self::classify(r.syscall, r.clone_flags) {
+            _ if r.errno != 0 => Spawned::Failed,
             Self::Thread => Spawned::Thread,
+            _ if r.hdr.proc == r.parent => Spawned::ChildUnseen,
             method => Spawned::Process(method),
         }
     }

@@ -49,6 +49,9 @@ pub struct SummaryCounts {
     pub execs: u64,
     pub failed_execs: u64,
     pub failed_spawns: u64,
+    /// Spawns whose child the kernel never saw (the syscall was in flight when tracing
+    /// began): counted here, not as processes or threads.
+    pub spawns_child_unseen: u64,
     pub still_running: u64,
     pub spawn_rate_mean_per_s: f64,
     /// The busiest window's spawns per second (see `peak_per_second`): never below the mean.
@@ -717,6 +720,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
             trace.threads
         };
         summary.failed_spawns = trace.failed_spawns;
+        summary.spawns_child_unseen = trace.spawns_child_unseen;
         summary.lost_events = trace.lost.total();
         summary.lost = trace.lost.clone();
         summary.exits_without_notify = trace.exits_without_notify;

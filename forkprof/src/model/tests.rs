@@ -602,3 +602,48 @@ fn flame_graph_stacks_can_be_rooted_at_the_cgroup() {
         ["?;make", "build.service;make;cc", "link_er.service;make;ld"]
     );
 }
+
+/// A fork-family syscall in flight when tracing began: the kernel saw its entry and return
+/// but not task_newtask, so its record names the parent where the child would be. It is
+/// counted apart, never as a process whose parent is itself: the recording reader's
+/// assembler once walked that "ancestry" forever, until memory ran out.
+#[test]
+fn a_spawn_whose_child_was_not_seen_is_counted_apart() {
+    let parent = key(10, 100);
+    let child = key(11, 500);
+    let mut unseen = spawn(parent, parent, 435, 0);
+    if let Record::Spawn(s) = &mut unseen {
+        s.child_tid = 0;
+    }
+    let records = [
+        unseen,
+        spawn(parent, child, 57, SIGCHLD),
+        exit(child, 0),
+        exit(parent, 0),
+    ];
+    let mut t = Trace::default();
+    for r in records.iter().cloned() {
+        t.ingest(r);
+    }
+    assert_eq!(
+        (t.spawns_child_unseen, t.failed_spawns, t.threads),
+        (1, 0, 0)
+    );
+    assert_eq!(t.get(&parent).unwrap().parent, None);
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    assert_eq!(report.summary.spawns_child_unseen, 1);
+    assert_eq!(report.summary.processes, 2);
+
+    let mut asm = super::assemble::Assembler::new(Trace::default());
+    let mut handed = Vec::new();
+    let mut sink = |_: &Trace, p: &super::Process, _: &_, _: &_| {
+        handed.push(p.key);
+        Ok(())
+    };
+    for r in records {
+        asm.ingest(r, &mut sink).unwrap();
+    }
+    asm.finish(&mut sink).unwrap();
+    handed.sort();
+    assert_eq!(handed, [parent, child]);
+}

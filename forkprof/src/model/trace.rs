@@ -307,6 +307,8 @@ pub struct Trace {
     pub keep_args: bool,
     pub threads: u64,
     pub failed_spawns: u64,
+    /// Spawn records whose child the kernel never saw (`Spawned::ChildUnseen`).
+    pub spawns_child_unseen: u64,
     pub lost: LostCounts,
     pub exits_without_notify: u64,
     pub first_ns: Option<u64>,
@@ -331,6 +333,7 @@ impl Default for Trace {
             keep_args: true,
             threads: 0,
             failed_spawns: 0,
+            spawns_child_unseen: 0,
             lost: LostCounts::default(),
             exits_without_notify: 0,
             first_ns: None,
@@ -474,8 +477,9 @@ impl Trace {
         self.first_ns = Some(self.first_ns.map_or(ts, |f| f.min(ts)));
         self.last_ns = self.last_ns.max(ts);
         match record {
-            Record::Spawn(r) => match Method::spawned(r.syscall, r.clone_flags, r.errno) {
+            Record::Spawn(r) => match Method::spawned(&r) {
                 Spawned::Failed => self.failed_spawns += 1,
+                Spawned::ChildUnseen => self.spawns_child_unseen += 1,
                 Spawned::Thread => {
                     self.threads += 1;
                     // A thread's record is about its process (the creator).

@@ -217,18 +217,21 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         );
         prose(out, width, &text, "  ")?;
     }
-    items(
-        out,
-        width,
-        &[
-            format!("processes {}", s.processes),
-            format!("threads {}", s.threads),
-            format!("execs {}", s.execs),
-            format!("failed execs {}", s.failed_execs),
-            format!("failed spawns {}", s.failed_spawns),
-            format!("still running {}", s.still_running),
-        ],
-    )?;
+    let mut counts = vec![
+        format!("processes {}", s.processes),
+        format!("threads {}", s.threads),
+        format!("execs {}", s.execs),
+        format!("failed execs {}", s.failed_execs),
+        format!("failed spawns {}", s.failed_spawns),
+        format!("still running {}", s.still_running),
+    ];
+    if s.spawns_child_unseen > 0 {
+        counts.push(format!(
+            "spawns whose child was not seen {}",
+            s.spawns_child_unseen
+        ));
+    }
+    items(out, width, &counts)?;
     items(
         out,
         width,

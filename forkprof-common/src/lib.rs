@@ -12,11 +12,10 @@ pub mod kind {
     pub const EXEC: u32 = 2;
     pub const LD: u32 = 3;
     pub const EXIT: u32 = 4;
-    /// What the kernel sends for an exec attempt: its path and argv (`ExecArgsRecord`, see
-    /// there) and its times at the syscall's return (`ExecEndRecord`). The agent joins the
-    /// two into one `ExecRecord` (kind `EXEC`), which is what the rest of forkprof sees.
-    pub const EXEC_ARGS: u32 = 5;
-    pub const EXEC_END: u32 = 6;
+    /// What the kernel sends for an exec attempt (`ExecAttemptRecord`): its times, path and
+    /// argv in one record. The agent makes it into an `ExecRecord` (kind `EXEC`), which is
+    /// what the rest of forkprof sees.
+    pub const EXEC_ATTEMPT: u32 = 5;
 }
 
 /// Syscall numbers (x86_64) that the programs care about.
@@ -71,7 +70,10 @@ pub mod active {
     /// Processes in `PROCS_SPILL` (their `PROC_SLOTS` slot was taken): a lookup that misses
     /// its slot reads the hash map only when this is not zero.
     pub const SPILLED: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// Dynamic-linker windows in `ld_state::STATIC`, the only state that looks at `mprotect`:
+    /// the others' mprotect calls (a few per library loaded) pass sys_enter with no lookup.
+    pub const STATIC_START: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Where a fork child is in `child_run`: its first return from the fork-family syscall ->
@@ -189,9 +191,12 @@ pub struct ExecRecord {
     pub exec_prepare_ns: u64,
     /// sched_prepare_exec -> sched_process_exec (0 if never reached).
     pub exec_load_ns: u64,
-    /// Syscall entry -> syscall exit.
+    /// Syscall entry -> the new image loaded (sched_process_exec) for a successful attempt,
+    /// so `exec_prepare_ns + exec_load_ns` where the point of no return is hooked; syscall
+    /// entry -> its return for a failed one.
     pub exec_ns: u64,
-    /// Inode-dirty events (atime updates) inside the syscall and their time.
+    /// Inode-dirty events (atime updates) inside the attempt (up to its end as `exec_ns`
+    /// has it) and their time.
     pub atime_count: u32,
     /// Number of argv entries (may exceed `ARG_SLOTS`).
     pub argc: u32,
@@ -204,43 +209,25 @@ pub struct ExecRecord {
     /// The first exec attempt of a fork child: its first return from the fork -> this
     /// attempt's entry (`child_run`); else 0.
     pub child_run_ns: u64,
-    /// The process's cgroup v2 id when the syscall returned (it may have moved since the fork).
+    /// The process's cgroup v2 id at the attempt's end (it may have moved since the fork).
     pub cgroup_id: u64,
     pub path: [u8; PATH_LEN],
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
 
-/// An exec attempt's path and argv, straight into the ring buffer (kind `EXEC_ARGS`), before
-/// its `ExecEndRecord`. `hdr.ts_ns` is the attempt's `start_ns`, which names it.
+/// An exec attempt as the kernel sends it (kind `EXEC_ATTEMPT`), straight into the ring
+/// buffer: the times of `ExecRecord`, whose fields of the same names mean the same, and the
+/// attempt's path and argv end to end.
 ///
-/// A successful attempt's is sent at sched_process_exec, from the kernel's copies: the path
-/// from `linux_binprm.filename`, argv in one read of the new image's stack
-/// (`mm->arg_start..arg_end`), where the kernel laid its strings out end to end. A failed
-/// attempt's is sent at its return, read from the caller's memory a string at a time, up to
-/// `ARG_SLOTS` strings of at most `ARG_LEN - 1` bytes.
+/// A successful attempt's is sent at sched_process_exec, where its exec ends, from the
+/// kernel's copies: the path from `linux_binprm.filename`, argv in one read of the new
+/// image's stack (`mm->arg_start..arg_end`), where the kernel laid its strings out end to
+/// end. A failed attempt's is sent at its return, its path and argv read from the caller's
+/// memory a string at a time, up to `ARG_SLOTS` strings of at most `ARG_LEN - 1` bytes; an
+/// attempt that failed after the point of no return has neither (that memory is gone).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct ExecArgsRecord {
-    pub hdr: RecordHeader,
-    /// Calling thread.
-    pub tid: u32,
-    /// Number of argv entries (may exceed what `argv` holds).
-    pub argc: u32,
-    pub path: [u8; PATH_LEN],
-    /// Bytes of `argv` that were written.
-    pub argv_len: u32,
-    pub _pad: u32,
-    /// argv's strings, each with its NUL, in order: the first `argv_len` bytes (the last
-    /// string may be cut short, without its NUL). The kernel leaves the rest unwritten.
-    pub argv: [u8; ARGV_LEN],
-}
-
-/// An exec attempt's times, sent at the syscall's exit (kind `EXEC_END`); the fields mean
-/// what `ExecRecord`'s of the same names mean. `start_ns` names the attempt, as
-/// `ExecArgsRecord::hdr.ts_ns` does.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ExecEndRecord {
+pub struct ExecAttemptRecord {
     pub hdr: RecordHeader,
     pub tid: u32,
     pub errno: i32,
@@ -249,12 +236,20 @@ pub struct ExecEndRecord {
     pub exec_load_ns: u64,
     pub exec_ns: u64,
     pub atime_count: u32,
-    pub _pad: u32,
+    /// Number of argv entries (may exceed what `argv` holds).
+    pub argc: u32,
     pub atime_ns: u64,
     pub cow_faults: u64,
     pub cow_fault_ns: u64,
     pub child_run_ns: u64,
     pub cgroup_id: u64,
+    pub path: [u8; PATH_LEN],
+    /// Bytes of `argv` that were written.
+    pub argv_len: u32,
+    pub _pad: u32,
+    /// argv's strings, each with its NUL, in order: the first `argv_len` bytes (the last
+    /// string may be cut short, without its NUL). The kernel leaves the rest unwritten.
+    pub argv: [u8; ARGV_LEN],
 }
 
 /// The dynamic-linker window after a successful exec closed.
@@ -269,6 +264,8 @@ pub struct LdRecord {
     pub ld_map_ns: u64,
     pub ld_reloc_init_ns: u64,
     pub atime_count: u32,
+    /// The window's syscalls that moved or could have moved its state: access, openat,
+    /// arch_prctl and munmap, and mprotect once the window is in a static start-up.
     pub syscalls: u32,
     pub atime_ns: u64,
     /// `NO_GLIBC_LD` only: exec done -> the end of a static libc's start-up (see
@@ -435,8 +432,10 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () =
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
-const _: () = assert!(core::mem::size_of::<ExecArgsRecord>() == 32 + 8 + PATH_LEN + 8 + ARGV_LEN);
-const _: () = assert!(core::mem::size_of::<ExecEndRecord>() == 32 + 8 + 8 * 4 + 8 + 8 * 5);
+const _: () = assert!(
+    core::mem::size_of::<ExecAttemptRecord>()
+        == 32 + 8 + 8 * 4 + 8 + 8 * 5 + PATH_LEN + 8 + ARGV_LEN
+);
 // The kernel zeroes a freed `PROC_SLOTS` slot word by word, `owner` (word 0) last.
 const _: () = assert!(core::mem::size_of::<ProcState>().is_multiple_of(8));
 const _: () = assert!(core::mem::offset_of!(ProcState, owner) == 0);

@@ -4,7 +4,7 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use forkprof_common::stat;
 use tokio::io::{Interest, unix::AsyncFd};
 
-use crate::decode::{ExecJoin, Record, decode_item};
+use crate::decode::{Record, decode};
 use crate::model::trace::LostCounts;
 
 /// How often the agent collects records when the kernel has not woken it.
@@ -27,7 +27,6 @@ pub struct Collector {
     ring: AsyncFd<RingBuf<MapData>>,
     stats: PerCpuArray<MapData, u64>,
     undecodable: u64,
-    execs: ExecJoin,
 }
 
 impl Collector {
@@ -42,7 +41,6 @@ impl Collector {
                 .context("polling the ring buffer")?,
             stats,
             undecodable: 0,
-            execs: ExecJoin::default(),
         })
     }
 
@@ -53,11 +51,11 @@ impl Collector {
         tokio::select! {
             guard = self.ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut self.undecodable, &mut self.execs, each);
+                drain(guard.get_inner_mut(), &mut self.undecodable, each);
                 guard.clear_ready();
             }
             _ = tokio::time::sleep(POLL) => {
-                drain(self.ring.get_mut(), &mut self.undecodable, &mut self.execs, each);
+                drain(self.ring.get_mut(), &mut self.undecodable, each);
             }
         }
         Ok(())
@@ -65,12 +63,7 @@ impl Collector {
 
     /// Hands whatever is in the ring buffer now to `each`, without waiting.
     pub fn drain(&mut self, each: &mut impl FnMut(Record)) {
-        drain(
-            self.ring.get_mut(),
-            &mut self.undecodable,
-            &mut self.execs,
-            each,
-        );
+        drain(self.ring.get_mut(), &mut self.undecodable, each);
     }
 
     /// Every loss counter now: all of the kernel's `STATS`, and the undecodable items.
@@ -106,12 +99,7 @@ fn panic_after() -> Option<u64> {
     })
 }
 
-fn drain(
-    ring: &mut RingBuf<MapData>,
-    undecodable: &mut u64,
-    execs: &mut ExecJoin,
-    each: &mut impl FnMut(Record),
-) {
+fn drain(ring: &mut RingBuf<MapData>, undecodable: &mut u64, each: &mut impl FnMut(Record)) {
     static SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     while let Some(item) = ring.next() {
         if let Some(n) = panic_after()
@@ -119,15 +107,11 @@ fn drain(
         {
             panic!("FORKPROF_TEST_PANIC_AFTER={n} reached");
         }
-        let decoded = decode_item(&item);
+        let decoded = decode(&item);
         // Consumed before the record is routed: its slot is free for the kernel again.
         drop(item);
         match decoded {
-            Ok(item) => {
-                if let Some(record) = execs.push(item) {
-                    each(record);
-                }
-            }
+            Ok(record) => each(record),
             Err(_) => *undecodable += 1,
         }
     }

@@ -1,11 +1,9 @@
 //! Decodes the bytes of one ring-buffer item into a typed record. Never panics: a short or
 //! unknown item is an error that the collector counts as lost.
-use std::collections::HashMap;
 use std::fmt;
 
 use forkprof_common::{
-    ExecArgsRecord, ExecEndRecord, ExecRecord, ExitRecord, LdRecord, RecordHeader, SpawnRecord,
-    kind,
+    ExecAttemptRecord, ExecRecord, ExitRecord, LdRecord, RecordHeader, SpawnRecord, kind,
 };
 
 #[derive(Clone, Debug)]
@@ -62,117 +60,52 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// Decodes a ring-buffer item: what the kernel sends (an exec attempt as
+/// `ExecAttemptRecord`, which becomes a `Record::Exec`), or a whole `ExecRecord` (kind
+/// `EXEC`, as tests and replays write them).
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let hdr: RecordHeader = read(bytes, 0)?;
     match hdr.kind {
         kind::SPAWN => read(bytes, hdr.kind).map(Record::Spawn),
         kind::EXEC => read(bytes, hdr.kind).map(|r| Record::Exec(Box::new(r))),
+        kind::EXEC_ATTEMPT => read::<ExecAttemptRecord>(bytes, hdr.kind)
+            .map(|a| Record::Exec(Box::new(exec_record(&a)))),
         kind::LD => read(bytes, hdr.kind).map(Record::Ld),
         kind::EXIT => read(bytes, hdr.kind).map(Record::Exit),
         other => Err(DecodeError::UnknownKind(other)),
     }
 }
 
-/// One ring-buffer item as the kernel sends it: a record, or one of an exec attempt's two
-/// halves, which `ExecJoin` makes into one `Record::Exec`.
-#[derive(Clone, Debug)]
-pub enum Item {
-    Record(Record),
-    ExecArgs(Box<ExecArgsRecord>),
-    ExecEnd(ExecEndRecord),
-}
-
-/// Decodes a ring-buffer item: the kernel's exec halves as well as whole records.
-pub fn decode_item(bytes: &[u8]) -> Result<Item, DecodeError> {
-    let hdr: RecordHeader = read(bytes, 0)?;
-    match hdr.kind {
-        kind::EXEC_ARGS => read(bytes, hdr.kind).map(|r| Item::ExecArgs(Box::new(r))),
-        kind::EXEC_END => read(bytes, hdr.kind).map(Item::ExecEnd),
-        _ => decode(bytes).map(Item::Record),
-    }
-}
-
-/// Joins each exec attempt's path and argv (sent at sched_process_exec, or at a failed
-/// attempt's return just before its end) with its times (sent at its return) into one
-/// `ExecRecord`. The ring buffer hands items on in the order they were
-/// reserved, so an attempt's args come before its end. An attempt is named by its process
-/// and its entry time. Args whose end never came (the ring buffer was full, or another
-/// thread's attempt took the window) are forgotten at the process's next attempt's end or at
-/// its exit; an end without args (the same) becomes a record with an empty path and no argv,
-/// labelled like a process whose exec was not seen.
-#[derive(Debug, Default)]
-pub struct ExecJoin {
-    pending: HashMap<(u32, u64), Box<ExecArgsRecord>>,
-}
-
-impl ExecJoin {
-    /// The record `item` completes, if any.
-    pub fn push(&mut self, item: Item) -> Option<Record> {
-        match item {
-            Item::Record(record) => {
-                if let Record::Exit(e) = &record
-                    && !self.pending.is_empty()
-                {
-                    // Args from after the exit belong to a later process with the same pid.
-                    let (pid, at) = (e.hdr.proc.pid, e.hdr.ts_ns);
-                    self.pending.retain(|&(p, ts), _| p != pid || ts > at);
-                }
-                Some(record)
-            }
-            Item::ExecArgs(args) => {
-                self.pending
-                    .insert((args.hdr.proc.pid, args.hdr.ts_ns), args);
-                None
-            }
-            Item::ExecEnd(end) => {
-                let pid = end.hdr.proc.pid;
-                let args = self.pending.remove(&(pid, end.start_ns));
-                // The process's earlier attempts whose end was lost: theirs never comes now.
-                if !self.pending.is_empty() {
-                    self.pending
-                        .retain(|&(p, ts), _| p != pid || ts > end.start_ns);
-                }
-                Some(Record::Exec(Box::new(joined(&end, args.as_deref()))))
-            }
-        }
-    }
-
-    /// Attempts whose end has not come yet.
-    pub fn pending(&self) -> usize {
-        self.pending.len()
-    }
-}
-
-fn joined(end: &ExecEndRecord, args: Option<&ExecArgsRecord>) -> ExecRecord {
+/// The `ExecRecord` of an attempt as the kernel sent it: its argv split into slots.
+fn exec_record(a: &ExecAttemptRecord) -> ExecRecord {
     ExecRecord {
         hdr: RecordHeader {
             kind: kind::EXEC,
-            ..end.hdr
+            ..a.hdr
         },
-        tid: end.tid,
-        errno: end.errno,
-        start_ns: end.start_ns,
-        exec_prepare_ns: end.exec_prepare_ns,
-        exec_load_ns: end.exec_load_ns,
-        exec_ns: end.exec_ns,
-        atime_count: end.atime_count,
-        argc: args.map_or(0, |a| a.argc),
-        atime_ns: end.atime_ns,
-        cow_faults: end.cow_faults,
-        cow_fault_ns: end.cow_fault_ns,
-        child_run_ns: end.child_run_ns,
-        cgroup_id: end.cgroup_id,
-        path: args.map_or([0; forkprof_common::PATH_LEN], |a| a.path),
-        args: args.map_or(
-            [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
-            argv_slots,
-        ),
+        tid: a.tid,
+        errno: a.errno,
+        start_ns: a.start_ns,
+        exec_prepare_ns: a.exec_prepare_ns,
+        exec_load_ns: a.exec_load_ns,
+        exec_ns: a.exec_ns,
+        atime_count: a.atime_count,
+        argc: a.argc,
+        atime_ns: a.atime_ns,
+        cow_faults: a.cow_faults,
+        cow_fault_ns: a.cow_fault_ns,
+        child_run_ns: a.child_run_ns,
+        cgroup_id: a.cgroup_id,
+        path: a.path,
+        args: argv_slots(a),
     }
 }
 
 /// The first `ARG_SLOTS` strings of a record's argv (NUL-separated, the first `argv_len`
 /// bytes), each cut to `ARG_LEN - 1` bytes and NUL-terminated in its slot.
-fn argv_slots(a: &ExecArgsRecord) -> [[u8; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS] {
+fn argv_slots(
+    a: &ExecAttemptRecord,
+) -> [[u8; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS] {
     let mut slots = [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS];
     let len = (a.argv_len as usize).min(a.argv.len());
     let strings = a.argv[..len].split(|&b| b == 0);
@@ -270,11 +203,22 @@ mod tests {
         }
     }
 
-    fn args_record(pid: u32, start_ns: u64, path: &[u8], argv: &[&[u8]]) -> ExecArgsRecord {
-        let mut a = ExecArgsRecord {
-            hdr: header(kind::EXEC_ARGS, pid, start_ns),
+    fn attempt(pid: u32, start_ns: u64, path: &[u8], argv: &[&[u8]]) -> ExecAttemptRecord {
+        let mut a = ExecAttemptRecord {
+            hdr: header(kind::EXEC_ATTEMPT, pid, start_ns + 20),
             tid: pid,
+            errno: 0,
+            start_ns,
+            exec_prepare_ns: 5,
+            exec_load_ns: 15,
+            exec_ns: 20,
+            atime_count: 1,
             argc: argv.len() as u32,
+            atime_ns: 3,
+            cow_faults: 4,
+            cow_fault_ns: 6,
+            child_run_ns: 7,
+            cgroup_id: 9,
             path: [0; forkprof_common::PATH_LEN],
             argv_len: 0,
             _pad: 0,
@@ -291,15 +235,11 @@ mod tests {
         a
     }
 
-    fn args(pid: u32, start_ns: u64, path: &[u8]) -> Vec<u8> {
-        encode(&args_record(pid, start_ns, path, &[path]))
-    }
-
     #[test]
     fn argv_is_split_into_bounded_slots() {
         let long = [b'x'; 100];
         let argv: [&[u8]; 10] = [b"cc", b"", &long, b"-c", b"a", b"b", b"c", b"d", b"e", b"f"];
-        let a = args_record(1, 1, b"/bin/cc", &argv);
+        let a = attempt(1, 1, b"/bin/cc", &argv);
         let slots = argv_slots(&a);
         assert_eq!(c_bytes(&slots[0]), b"cc");
         assert_eq!(c_bytes(&slots[1]), b"");
@@ -307,7 +247,7 @@ mod tests {
         assert_eq!(c_bytes(&slots[3]), b"-c");
         assert_eq!(c_bytes(&slots[7]), b"d");
         // Bytes past `argv_len` (the 0xaa filler) are never read.
-        let mut short = args_record(1, 1, b"/bin/sh", &[b"sh", b"-c"]);
+        let mut short = attempt(1, 1, b"/bin/sh", &[b"sh", b"-c"]);
         short.argc = 5;
         let slots = argv_slots(&short);
         assert_eq!(c_bytes(&slots[1]), b"-c");
@@ -319,108 +259,29 @@ mod tests {
         let _ = argv_slots(&short);
     }
 
-    fn end(pid: u32, start_ns: u64, exec_ns: u64) -> Vec<u8> {
-        encode(&ExecEndRecord {
-            hdr: header(kind::EXEC_END, pid, start_ns + exec_ns),
-            tid: pid,
-            start_ns,
-            exec_ns,
-            cgroup_id: 9,
-            ..Default::default()
-        })
-    }
-
-    fn push(join: &mut ExecJoin, bytes: &[u8]) -> Option<Record> {
-        join.push(decode_item(bytes).unwrap())
-    }
-
     #[test]
-    fn an_exec_attempt_is_its_args_joined_with_its_end() {
-        let mut join = ExecJoin::default();
-        // Two processes' attempts interleaved, and a second attempt of the first (a PATH
-        // search): each end finds its own args by process and entry time.
-        assert!(push(&mut join, &args(7, 100, b"/a/sh")).is_none());
-        assert!(push(&mut join, &args(8, 150, b"/bin/cc")).is_none());
-        let Some(Record::Exec(first)) = push(&mut join, &end(7, 100, 20)) else {
-            panic!("no exec record")
+    fn an_exec_attempt_becomes_an_exec_record() {
+        let bytes = encode(&attempt(7, 100, b"/bin/cc", &[b"cc", b"-c", b"x.c"]));
+        let Record::Exec(e) = decode(&bytes).unwrap() else {
+            panic!("wrong kind")
         };
-        assert!(push(&mut join, &args(7, 130, b"/b/sh")).is_none());
-        let Some(Record::Exec(cc)) = push(&mut join, &end(8, 150, 50)) else {
-            panic!("no exec record")
-        };
-        let Some(Record::Exec(second)) = push(&mut join, &end(7, 130, 30)) else {
-            panic!("no exec record")
-        };
-        assert_eq!(first.hdr.kind, kind::EXEC);
-        assert_eq!((c_bytes(&first.path), first.exec_ns), (&b"/a/sh"[..], 20));
+        assert_eq!(e.hdr.kind, kind::EXEC);
+        assert_eq!((e.hdr.proc.pid, e.hdr.ts_ns, e.tid), (7, 120, 7));
         assert_eq!(
-            (c_bytes(&cc.path), cc.exec_ns, cc.argc),
-            (&b"/bin/cc"[..], 50, 1)
+            (e.start_ns, e.exec_prepare_ns, e.exec_load_ns, e.exec_ns),
+            (100, 5, 15, 20)
         );
-        assert_eq!(c_bytes(&cc.args[0]), b"/bin/cc");
         assert_eq!(
-            (c_bytes(&second.path), second.cgroup_id),
-            (&b"/b/sh"[..], 9)
+            (e.atime_count, e.atime_ns, e.cow_faults, e.cow_fault_ns),
+            (1, 3, 4, 6)
         );
-        assert_eq!(join.pending(), 0);
-    }
-
-    #[test]
-    fn an_end_without_args_has_no_path_and_lone_args_go_at_exit() {
-        let mut join = ExecJoin::default();
-        let Some(Record::Exec(e)) = push(&mut join, &end(7, 100, 20)) else {
-            panic!("no exec record")
-        };
-        assert_eq!((c_bytes(&e.path), e.argc, e.exec_ns), (&b""[..], 0, 20));
-        assert!(push(&mut join, &args(7, 200, b"/x")).is_none());
-        assert!(push(&mut join, &args(8, 200, b"/y")).is_none());
-        let exit = ExitRecord {
-            hdr: header(kind::EXIT, 7, 300),
-            ..Default::default()
-        };
+        assert_eq!((e.child_run_ns, e.cgroup_id, e.errno), (7, 9, 0));
+        assert_eq!((c_bytes(&e.path), e.argc), (&b"/bin/cc"[..], 3));
+        assert_eq!(c_bytes(&e.args[2]), b"x.c");
+        assert_eq!(e.args[3], [0; forkprof_common::ARG_LEN]);
+        // Cut short anywhere: an error, counted as lost by the collector.
         assert!(matches!(
-            push(&mut join, &encode(&exit)),
-            Some(Record::Exit(_))
-        ));
-        assert_eq!(
-            join.pending(),
-            1,
-            "only the exited process's args are forgotten"
-        );
-        // An attempt whose end was lost goes with the next attempt's end; a later process
-        // with the same pid keeps its args past the earlier one's exit.
-        assert!(push(&mut join, &args(8, 300, b"/z")).is_none());
-        assert!(matches!(
-            push(&mut join, &end(8, 300, 5)),
-            Some(Record::Exec(_))
-        ));
-        assert_eq!(
-            join.pending(),
-            0,
-            "the lost attempt's args went with the next end"
-        );
-        assert!(push(&mut join, &args(9, 500, b"/new")).is_none());
-        let old_exit = ExitRecord {
-            hdr: header(kind::EXIT, 9, 400),
-            ..Default::default()
-        };
-        assert!(push(&mut join, &encode(&old_exit)).is_some());
-        assert_eq!(
-            join.pending(),
-            1,
-            "args after the exit are a later process's"
-        );
-    }
-
-    #[test]
-    fn exec_halves_that_are_short_are_errors() {
-        let bytes = args(7, 100, b"/x");
-        assert!(matches!(
-            decode_item(&bytes[..100]),
-            Err(DecodeError::Short { .. })
-        ));
-        assert!(matches!(
-            decode_item(&end(7, 1, 2)[..60]),
+            decode(&bytes[..bytes.len() - 1]),
             Err(DecodeError::Short { .. })
         ));
     }

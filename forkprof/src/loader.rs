@@ -221,13 +221,20 @@ pub const JOBS: &[Job] = &[
             )]),
         ],
     },
-    // Required: a successful exec's path and argv are read here, from the kernel's copies.
+    // Required: a successful exec ends here, and its record goes from here with its path and
+    // argv, read from the kernel's copies; the new image's start (static_start, ld_start)
+    // begins here.
     Job {
         name: "exec_done",
         family: "sched",
         required: true,
         hot: false,
-        feeds: &[Phase::ExecLoad],
+        feeds: &[
+            Phase::Exec,
+            Phase::ExecLoad,
+            Phase::StaticStart,
+            Phase::LdStart,
+        ],
         sources: &[one(&[hook(
             "forkprof_sched_process_exec",
             Target::BtfTp("sched_process_exec", &[Ptr, Int(4), Ptr]),

@@ -1,21 +1,19 @@
 //! Any bytes from the ring buffer: decoding never panics, and whatever decodes goes through
-//! the exec join (as the collector does), the model and a full report without panicking
-//! either.
+//! the model and a full report without panicking either.
 #![no_main]
 
-use forkprof::decode::{ExecJoin, decode_item};
+use forkprof::decode::decode;
 use forkprof::model::{Report, Trace, report::Context};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let mut trace = Trace::default();
-    let mut execs = ExecJoin::default();
     // Several records per input, each as long as the first byte says.
     let mut rest = data;
     while !rest.is_empty() {
         let len = (rest[0] as usize * 8).min(rest.len() - 1);
         let (item, tail) = rest[1..].split_at(len);
-        if let Some(record) = decode_item(item).ok().and_then(|i| execs.push(i)) {
+        if let Ok(record) = decode(item) {
             trace.ingest(record);
         }
         rest = tail;

@@ -23,8 +23,8 @@ use crate::maps::{self, BtfPtr, EVENTS, regs};
 const ARCH_SET_FS: u64 = 0x1002;
 const PROT_READ: u64 = 0x1;
 
-/// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap,
-/// mprotect); `ld_syscalls` counts those.
+/// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap;
+/// mprotect only while some window is in `ld_state::STATIC`); `ld_syscalls` counts those.
 pub fn on_syscall(regs: BtfPtr, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_of(tgid) else {
@@ -32,7 +32,8 @@ pub fn on_syscall(regs: BtfPtr, id: i64) {
     };
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
-    if ps.ld_state == ld_state::NONE {
+    // mprotect comes here whenever any window is static; it counts only in a static one.
+    if ps.ld_state == ld_state::NONE || (id == nr::MPROTECT && ps.ld_state != ld_state::STATIC) {
         return;
     }
     ps.ld_syscalls += 1;
@@ -45,7 +46,7 @@ pub fn on_syscall(regs: BtfPtr, id: i64) {
                 ps.ld_state = ld_state::MAP;
             } else if id == nr::ARCH_PRCTL && set_fs() {
                 ps.ld_t1 = maps::now();
-                ps.ld_state = ld_state::STATIC;
+                enter_static(ps);
                 return;
             } else if ps.ld_syscalls > LD_START_MAX_SYSCALLS {
                 // Neither ld.so nor a libc that sets up TLS: nothing measured.
@@ -104,6 +105,26 @@ pub fn on_libc_start_main() {
     }
 }
 
+/// The window turns to a static start-up, which watches mprotect (`active::STATIC_START`).
+#[inline(always)]
+fn enter_static(ps: &mut ProcState) {
+    ps.ld_state = ld_state::STATIC;
+    maps::active_add(active::STATIC_START, 1);
+}
+
+/// Forgets the window's state without a record (`close` sends one), keeping `ACTIVE`'s
+/// counts of it right.
+#[inline(always)]
+pub fn abandon(ps: &mut ProcState) {
+    match ps.ld_state {
+        ld_state::NONE => return,
+        ld_state::STATIC => maps::active_add(active::STATIC_START, -1),
+        _ => {}
+    }
+    ps.ld_state = ld_state::NONE;
+    maps::active_add(active::LD, -1);
+}
+
 /// Closes the window and sends its record. Also called at exit for a window still open.
 pub fn close(ps: &mut ProcState, outcome: u32) {
     if ps.ld_state == ld_state::NONE {
@@ -119,10 +140,9 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     let (t0, t1, t2) = (ps.ld_t0, ps.ld_t1, ps.ld_t2);
     let (openat, syscalls, atime_count, atime_ns) =
         (ps.ld_openat, ps.ld_syscalls, ps.atime_count, ps.atime_ns);
-    ps.ld_state = ld_state::NONE;
+    abandon(ps);
     ps.atime_count = 0;
     ps.atime_ns = 0;
-    maps::active_add(active::LD, -1);
     let Some(mut entry) = EVENTS.reserve::<LdRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
         return;

@@ -1,24 +1,27 @@
-//! execve/execveat: one record per attempt, split at the point of no return (the
-//! sched_prepare_exec tracepoint from 6.10; before that, the entry of `begin_new_exec`, where
-//! that tracepoint was later added, through fentry or a kprobe) and sched_process_exec (new
-//! image loaded).
+//! execve/execveat: one record per attempt (`ExecAttemptRecord`), its times split at the
+//! point of no return (the sched_prepare_exec tracepoint from 6.10; before that, the entry of
+//! `begin_new_exec`, where that tracepoint was later added, through fentry or a kprobe).
 //!
-//! The attempt's path and argv (`ExecArgsRecord`) come from the kernel's own copies when it
-//! succeeds: at sched_process_exec the path is `linux_binprm.filename` and argv lies end to
-//! end on the new image's stack, one read for all of it. Only a failed attempt's are read
-//! from the caller's memory, a string at a time, at its return (the caller's memory is
-//! intact then). Each user-memory read costs a helper call and a hardened-usercopy check,
-//! 150-350 ns on the machines measured (docs/kernel-findings.md).
+//! A successful attempt ends at sched_process_exec, when the new image is loaded: its record
+//! goes from there, with the path and argv from the kernel's own copies (the path is
+//! `linux_binprm.filename`, and argv lies end to end on the new image's stack, one read for
+//! all of it), and the dynamic-linker window opens there. What the kernel does after it (it
+//! frees the exec's bookkeeping and returns to user space, 1-2 µs) is the new image's start.
+//! One record, sent where the exec ends, costs one ring-buffer reservation and no work at the
+//! syscall's return (docs/kernel-findings.md).
+//!
+//! A failed attempt ends at its return, where its path and argv are read from the caller's
+//! memory, a string at a time (the caller's memory is intact then). Each user-memory read
+//! costs a helper call and a hardened-usercopy check, 150-350 ns on the machines measured.
 use aya_ebpf::{
     helpers::{bpf_probe_read_user, generated},
     programs::BtfTracePointContext,
 };
 use forkprof_common::{
-    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecArgsRecord, ExecEndRecord, ProcState, active, kind, ld_state,
-    nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, active, kind, ld_state, nr, stat,
 };
 
-use super::{fork::close_child_run, mm::close_cow_window};
+use super::{dynlink, fork::close_child_run, mm::close_cow_window};
 use crate::maps::{self, BtfPtr, EVENTS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
@@ -47,37 +50,14 @@ pub fn on_enter() {
     ps.child_run_ns = close_child_run(ps, start);
 }
 
-/// A reservation for the attempt's `ExecArgsRecord`, its header, thread and argc written.
-#[inline(always)]
-fn reserve_args(
-    ps: &ProcState,
-    argc: u32,
-) -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<ExecArgsRecord>> {
-    let Some(mut entry) = EVENTS.reserve::<ExecArgsRecord>(0) else {
-        maps::count_lost(stat::RINGBUF_FULL);
-        return None;
-    };
-    // SAFETY: the reservation is ours until submitted.
-    let rec = unsafe { &mut *entry.as_mut_ptr() };
-    maps::set_header(&mut rec.hdr, kind::EXEC_ARGS, ps.exec_start_ns, ps.key);
-    rec.tid = ps.exec_tid;
-    rec.argc = argc;
-    rec._pad = 0;
-    Some(entry)
-}
-
 /// A successful attempt's path and argv, at sched_process_exec(task, old_pid, bprm): the
 /// kernel's copies, the path in `bprm` and argv on the new image's stack. What is written
 /// is the path up to its NUL and the first `argv_len` bytes of `argv`; the agent reads
 /// nothing else.
 #[inline(always)]
-fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
+fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
     let layout = maps::layout();
-    let Some(mut entry) = reserve_args(ps, bprm.u32_at(layout.bprm_argc)) else {
-        return;
-    };
-    // SAFETY: as in `reserve_args`.
-    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    rec.argc = bprm.u32_at(layout.bprm_argc);
     let filename = bprm.ptr_at(layout.bprm_filename);
     // SAFETY: a kernel string; the helper validates the address, always NUL-terminates, and
     // zeroes the buffer when it fails.
@@ -88,7 +68,8 @@ fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
             filename.raw().cast(),
         )
     };
-    let mm = BtfPtr::current_task().ptr_at(layout.task_mm);
+    // The tracepoint's task is the current one, whose mm is the new image's.
+    let mm = task.ptr_at(layout.task_mm);
     let (start, end) = (mm.u64_at(layout.mm_arg_start), mm.u64_at(layout.mm_arg_end));
     let len = if end > start {
         (end - start).min(ARGV_LEN as u64) as u32
@@ -101,14 +82,13 @@ fn send_image_args(ps: &ProcState, bprm: BtfPtr) {
         generated::bpf_probe_read_user(rec.argv.as_mut_ptr().cast(), len, start as *const _)
     };
     rec.argv_len = if read == 0 { len } else { 0 };
-    entry.submit(maps::QUIET);
 }
 
 /// A failed attempt's path and argv, at its return, from the caller's memory (intact: the
 /// attempt failed before the point of no return). Up to `ARG_SLOTS` strings of at most
 /// `ARG_LEN - 1` bytes, end to end, as the image's stack would hold them.
 #[inline(always)]
-fn send_caller_args(regs: BtfPtr, id: i64, ps: &ProcState) {
+fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
     // execve(path, argv, ..), execveat(dirfd, path, argv, ..); a constant offset per branch.
     let (path, argv) = if id == nr::EXECVE {
         (regs.u64_at(regs::DI), regs.u64_at(regs::SI))
@@ -133,11 +113,7 @@ fn send_caller_args(regs: BtfPtr, id: i64, ps: &ProcState) {
             argc += 1;
         }
     }
-    let Some(mut entry) = reserve_args(ps, argc) else {
-        return;
-    };
-    // SAFETY: as in `reserve_args`.
-    let rec = unsafe { &mut *entry.as_mut_ptr() };
+    rec.argc = argc;
     // SAFETY: user pointer from the syscall's arguments; the helper validates it, always
     // NUL-terminates, and zeroes the buffer when it fails.
     unsafe {
@@ -172,7 +148,6 @@ fn send_caller_args(regs: BtfPtr, id: i64, ps: &ProcState) {
         off = at + (n as usize & (ARG_LEN * 2 - 1));
     }
     rec.argv_len = off.min(ARGV_LEN) as u32;
-    entry.submit(maps::QUIET);
 }
 
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
@@ -205,54 +180,94 @@ fn arg_pointers(argv: *const *const u8) -> [*const u8; ARG_SLOTS] {
     ptrs
 }
 
-/// The current process's exec attempt in flight, if any.
+/// Process `tgid`'s exec attempt in flight, if any. Callers look at `ACTIVE` first, before
+/// they spend a helper call on the tgid.
 #[inline(always)]
-fn exec_in_flight() -> Option<&'static mut ProcState> {
-    maps::process_in_window(active::EXECS).filter(|ps| ps.in_exec != 0)
+fn exec_in_flight(tgid: u32) -> Option<&'static mut ProcState> {
+    // SAFETY: map value of a traced process.
+    let ps = unsafe { &mut *maps::proc_of(tgid)? };
+    (ps.in_exec != 0).then_some(ps)
 }
 
 pub fn on_prepare_exec() {
-    if let Some(ps) = exec_in_flight() {
+    if maps::active(active::EXECS) == 0 {
+        return;
+    }
+    let (tgid, _) = maps::current_ids();
+    if let Some(ps) = exec_in_flight(tgid) {
         ps.exec_prepared_at = maps::now();
     }
 }
 
-/// sched_process_exec(task, old_pid, bprm): the new image is loaded.
+/// sched_process_exec(task, old_pid, bprm): the new image is loaded, and the attempt has
+/// succeeded. `task` is the current task.
 pub fn on_process_exec(ctx: &BtfTracePointContext) {
-    if let Some(ps) = exec_in_flight() {
-        ps.exec_loaded_at = maps::now();
-        send_image_args(ps, BtfPtr::new(ctx.arg(2)));
+    if maps::active(active::EXECS) == 0 {
+        return;
     }
+    let task = BtfPtr::new(ctx.arg(0));
+    // The task's tgid by a load: no helper call.
+    let Some(ps) = exec_in_flight(task.u32_at(maps::layout().task_tgid)) else {
+        return;
+    };
+    let end = maps::now();
+    ps.exec_loaded_at = end;
+    finish(ps, end, 0, ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))));
 }
 
+/// The exec syscall returns. A successful attempt has ended at sched_process_exec already,
+/// so only failures are left here (and a success whose sched_process_exec was not seen).
 pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
-    let Some(ps) = exec_in_flight() else {
+    if maps::active(active::EXECS) == 0 {
+        return;
+    }
+    let (tgid, tid) = maps::current_ids();
+    let Some(ps) = exec_in_flight(tgid) else {
         return;
     };
     // Two threads' attempts at once: the window is the latest attempt's, and another
-    // thread's failure does not close it. A success closes it whichever thread made the
-    // attempt (one that was not the main thread returns with the main thread's id).
-    let (_, tid) = maps::current_ids();
+    // thread's failure does not close it.
     if ret != 0 && tid != ps.exec_tid {
         return;
     }
     // A failure before the point of no return leaves the caller's memory as it was: its
     // path and argv are read there. After it (the new image could not be set up, and the
     // process dies of SIGSEGV) that memory is gone, and there is nothing to read.
-    if ret != 0 && ps.exec_loaded_at == 0 && ps.exec_prepared_at == 0 {
-        send_caller_args(regs, id, ps);
-    }
-    let end = maps::now();
+    let args = if ret != 0 && ps.exec_loaded_at == 0 && ps.exec_prepared_at == 0 {
+        ArgsFrom::Caller(regs, id)
+    } else {
+        ArgsFrom::Nowhere
+    };
+    let errno = if ret < 0 { -ret as i32 } else { 0 };
+    finish(ps, maps::now(), errno, args);
+}
+
+/// Where an attempt's path and argv are read from.
+enum ArgsFrom {
+    /// The kernel's copies: sched_process_exec's task (the current one) and `linux_binprm`.
+    Image(BtfPtr, BtfPtr),
+    /// The caller's memory: sys_exit's `pt_regs` and the syscall number.
+    Caller(BtfPtr, i64),
+    /// Nowhere: the record has no path and no argv.
+    Nowhere,
+}
+
+/// Ends the attempt in flight at `end` (`errno` 0: it succeeded) and sends its record. A
+/// success also ends the fork child's copy-on-write window and opens the dynamic-linker
+/// window, which starts where the exec ends.
+#[inline(always)]
+fn finish(ps: &mut ProcState, end: u64, errno: i32, args: ArgsFrom) {
     ps.in_exec = 0;
     maps::active_add(active::EXECS, -1);
     let (mut cow_faults, mut cow_fault_ns) = (0, 0);
-    if ret == 0 {
+    if errno == 0 {
         let cow = close_cow_window(ps);
         cow_faults = cow.faults;
         cow_fault_ns = cow.ns;
-        if ps.ld_state == ld_state::NONE {
-            maps::active_add(active::LD, 1);
-        }
+        // A window still open from an earlier exec (its image exec'd again before it closed)
+        // is given up without a record.
+        dynlink::abandon(ps);
+        maps::active_add(active::LD, 1);
         ps.ld_state = ld_state::START;
         ps.ld_t0 = end;
         ps.ld_syscalls = 0;
@@ -262,18 +277,19 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
     ps.child_run_ns = 0;
     ps.atime_count = 0;
     ps.atime_ns = 0;
-    let Some(mut entry) = EVENTS.reserve::<ExecEndRecord>(0) else {
+    let Some(mut entry) = EVENTS.reserve::<ExecAttemptRecord>(0) else {
         maps::count_lost(stat::RINGBUF_FULL);
         return;
     };
-    // SAFETY: the reservation is ours until submitted; every field is written below.
+    // SAFETY: the reservation is ours until submitted; every field the agent reads is
+    // written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
     let start = ps.exec_start_ns;
     let prepared_at = ps.exec_prepared_at;
     let loaded_at = ps.exec_loaded_at;
-    maps::set_header(&mut rec.hdr, kind::EXEC_END, end, ps.key);
+    maps::set_header(&mut rec.hdr, kind::EXEC_ATTEMPT, end, ps.key);
     rec.tid = ps.exec_tid;
-    rec.errno = if ret < 0 { -ret as i32 } else { 0 };
+    rec.errno = errno;
     rec.start_ns = start;
     rec.exec_prepare_ns = if prepared_at != 0 {
         prepared_at - start
@@ -287,11 +303,20 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
     };
     rec.exec_ns = end - start;
     rec.atime_count = atime_count;
-    rec._pad = 0;
     rec.atime_ns = atime_ns;
     rec.cow_faults = cow_faults;
     rec.cow_fault_ns = cow_fault_ns;
     rec.child_run_ns = child_run_ns;
     rec.cgroup_id = maps::cgroup_id();
+    rec._pad = 0;
+    match args {
+        ArgsFrom::Image(task, bprm) => write_image_args(rec, task, bprm),
+        ArgsFrom::Caller(regs, id) => write_caller_args(rec, regs, id),
+        ArgsFrom::Nowhere => {
+            rec.argc = 0;
+            rec.path[0] = 0;
+            rec.argv_len = 0;
+        }
+    }
     entry.submit(maps::QUIET);
 }

@@ -35,7 +35,7 @@ pub fn on_exit_task_only(ctx: &BtfTracePointContext) {
     if signal.is_null() || signal.u32_at(layout.signal_live) != 0 {
         return;
     }
-    let (tgid, _) = maps::current_ids();
+    let tgid = task.u32_at(layout.task_tgid);
     let started = match maps::proc_of(tgid) {
         // SAFETY: map value of a traced process.
         Some(ps) => unsafe { (*ps).exit_start_ns },
@@ -62,7 +62,8 @@ pub fn on_exit_group() {
 /// The record waits in the process's own entry (`ProcState::exit`) for the notification.
 #[inline(always)]
 fn on_last_thread_exit(task: BtfPtr, started: u64) {
-    let (tgid, _) = maps::current_ids();
+    // The exiting task is the current one: its tgid by a load, no helper call.
+    let tgid = task.u32_at(maps::layout().task_tgid);
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };

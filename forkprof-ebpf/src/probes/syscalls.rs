@@ -16,11 +16,11 @@ pub fn on_enter(ctx: &BtfTracePointContext) {
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
-        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP | nr::MPROTECT
-            if maps::active(active::LD) != 0 =>
-        {
+        nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP if maps::active(active::LD) != 0 => {
             dynlink::on_syscall(regs, id)
         }
+        // mprotect matters only to a static start-up; ld.so makes one per library (RELRO).
+        nr::MPROTECT if maps::active(active::STATIC_START) != 0 => dynlink::on_syscall(regs, id),
         // Once per process, and only where sched_process_exit follows exit_mm (a constant
         // for the verifier: the branch is pruned on other kernels).
         nr::EXIT_GROUP if maps::layout().exit_at_syscall != 0 => exit::on_exit_group(),

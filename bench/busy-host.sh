@@ -15,6 +15,27 @@ work=$(mktemp -d)
 trap 'kill $(cat "$work"/idle.pids) 2>/dev/null; rm -rf "$work"' EXIT
 touch "$work/idle.pids"
 for _ in $(seq "${IDLE:-10000}"); do sleep 3600 & echo $! >> "$work/idle.pids"; done
+# The shell has forked them all by now, but each still has to exec sleep and run its
+# dynamic linker (about 1 ms of CPU each): measuring before they are all asleep would trace
+# seconds of their start-ups too. Wait until every one has exec'd and sleeps.
+python3 - "$work/idle.pids" <<'PY'
+import sys, time
+pids = [p.strip() for p in open(sys.argv[1]) if p.strip()]
+def settled(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2]
+    return comm == "sleep" and state == "S"
+deadline = time.time() + 300
+while pids and time.time() < deadline:
+    pids = [p for p in pids if not settled(p)]
+    time.sleep(0.2)
+if pids:
+    sys.exit(f"busy-host: {len(pids)} idle processes never settled")
+PY
 measure() { # MODE LABEL [ENV...]
   local mode=$1 label=$2; shift 2
   local ready args

@@ -72,6 +72,12 @@ static CGROUP_SCOPED: u32 = 0;
 #[unsafe(no_mangle)]
 static PRECISE_LD: u32 = 0;
 
+/// 1: exec records carry argv's strings. 0 where nothing shows them (`--no-args`, `top`,
+/// `monitor`): the kernel then does not read them at all, which saves a user-memory read per
+/// exec and keeps them out of the ring buffer. argc is kept either way.
+#[unsafe(no_mangle)]
+static CAPTURE_ARGV: u32 = 1;
+
 /// The slots of `PROC_SLOTS` in use, less one: `PROC_SLOT_COUNT - 1`, or fewer with
 /// `FORKPROF_TEST_PROC_SLOTS` (tests only: most processes then take the spill path).
 #[unsafe(no_mangle)]
@@ -171,6 +177,12 @@ pub fn in_scope() -> bool {
         return true;
     }
     matches!(CGROUP_SCOPE.current_task_under_cgroup(0), Ok(true))
+}
+
+#[inline(always)]
+pub fn capture_argv() -> bool {
+    // SAFETY: as in `trace_all`.
+    unsafe { core::ptr::read_volatile(&CAPTURE_ARGV) != 0 }
 }
 
 #[inline(always)]

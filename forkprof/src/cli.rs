@@ -173,7 +173,8 @@ pub struct MonitorArgs {
 
 #[derive(Args, Debug)]
 pub struct RecordingArgs {
-    /// Do not record command-line arguments (they can hold secrets); argc is kept.
+    /// Do not record command-line arguments (they can hold secrets): the kernel does not even
+    /// read them. argc is kept.
     #[arg(long)]
     pub no_args: bool,
     /// Bracket the dynamic linker with uprobes (ld.so `_dl_debug_state`, libc

@@ -463,6 +463,8 @@ pub struct LoadOptions {
     pub trace_all: bool,
     /// Bracket the dynamic linker with uprobes instead of its syscalls.
     pub precise_ld: bool,
+    /// Exec records carry argv's strings (else only argc: `--no-args`, top, monitor).
+    pub capture_argv: bool,
     /// `forkprof doctor`: try every source of every job, and keep going past a required job
     /// that fails.
     pub try_all: bool,
@@ -578,6 +580,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     }
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
+    let capture_argv = u32::from(opts.capture_argv);
     let bench_empty = u32::from(bench.empty);
     let cgroup_scoped = u32::from(opts.cgroup_scope.is_some());
     let slot_var = std::env::var("FORKPROF_TEST_PROC_SLOTS").ok();
@@ -595,6 +598,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let mut ebpf = EbpfLoader::new()
         .override_global("TRACE_ALL", &trace_all, true)
         .override_global("PRECISE_LD", &precise_ld, true)
+        .override_global("CAPTURE_ARGV", &capture_argv, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
         .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
         .override_global("PROC_SLOT_MASK", &proc_slot_mask, true)

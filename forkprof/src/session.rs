@@ -193,15 +193,18 @@ async fn scope_populated(arming: &mut Option<Arming>) -> std::io::Result<()> {
 
 impl Tracer {
     /// Loads and attaches everything. Must be called inside the runtime.
+    /// `capture_argv`: exec records carry argv's strings (only when something shows them).
     fn start(
         trace_all: bool,
         precise_ld: bool,
+        capture_argv: bool,
         scope: Option<&CgroupScope>,
         announce: bool,
     ) -> Result<Self> {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
             precise_ld,
+            capture_argv,
             cgroup_scope: scope.map(CgroupScope::fd),
             defer_hot: scope.is_some(),
             ..Default::default()
@@ -368,7 +371,7 @@ impl TraceSession {
     /// `start`; with `trace_all`, tracing only the processes of `scope` (`record --cgroup`)
     /// if given.
     pub fn start_in(opts: Options, scope: Option<&CgroupScope>) -> Result<Self> {
-        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, scope, true)?;
+        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, opts.keep_args, scope, true)?;
         let mut trace = Trace::default();
         // What the atime hint advises on (see `model::mounts`).
         trace.mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -575,7 +578,8 @@ impl LiveSession {
 
     /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
     pub fn start_in(scope: Option<&CgroupScope>, announce: bool) -> Result<Self> {
-        let tracer = Tracer::start(true, false, scope, announce)?;
+        // The live views show no arguments: the kernel need not read them.
+        let tracer = Tracer::start(true, false, false, scope, announce)?;
         Ok(Self {
             tracer,
             live: Live::default(),

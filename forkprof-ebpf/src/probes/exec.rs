@@ -68,6 +68,10 @@ fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
             filename.raw().cast(),
         )
     };
+    if !maps::capture_argv() {
+        rec.argv_len = 0;
+        return;
+    }
     // The tracepoint's task is the current one, whose mm is the new image's.
     let mm = task.ptr_at(layout.task_mm);
     let (start, end) = (mm.u64_at(layout.mm_arg_start), mm.u64_at(layout.mm_arg_end));
@@ -125,7 +129,7 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
     };
     let mut off = 0usize;
     for &arg in ptrs.iter() {
-        if arg.is_null() {
+        if arg.is_null() || !maps::capture_argv() {
             break;
         }
         // A bound the verifier can follow: each string starts at most ARG_SLOTS * ARG_LEN

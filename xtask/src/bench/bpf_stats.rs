@@ -23,6 +23,17 @@ pub(super) struct ProgStat {
 /// Only programs loaded after the run started count, so another forkprof loaded before
 /// (a test, say) is left out.
 pub(super) fn measure(paths: &Paths, iterations: u32) -> Result<Vec<ProgStat>> {
+    measure_with(paths, &paths.forkprof, false, iterations)
+}
+
+/// `measure` with the binary `forkprof`, and with empty programs (FORKPROF_BENCH_EMPTY=1)
+/// when `empty` is set.
+pub(super) fn measure_with(
+    paths: &Paths,
+    forkprof: &Path,
+    empty: bool,
+    iterations: u32,
+) -> Result<Vec<ProgStat>> {
     let sysctl = Path::new("/proc/sys/kernel/bpf_stats_enabled");
     let before = bpftool_progs(&crate::output(
         Command::new("bpftool").args(["prog", "show"]),
@@ -30,7 +41,7 @@ pub(super) fn measure(paths: &Paths, iterations: u32) -> Result<Vec<ProgStat>> {
     let old = fs::read_to_string(sysctl).context("cannot read kernel.bpf_stats_enabled")?;
     fs::write(sysctl, "1").context("cannot set kernel.bpf_stats_enabled")?;
     let out = paths.dir.join("bpf-stats.txt");
-    let mut cmd = Command::new(&paths.forkprof);
+    let mut cmd = Command::new(forkprof);
     cmd.args(["run", "--report"])
         .arg(paths.dir.join("forkprof-stats-report.txt"))
         .args([
@@ -47,6 +58,9 @@ pub(super) fn measure(paths: &Paths, iterations: u32) -> Result<Vec<ProgStat>> {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     clean_env(&mut cmd);
+    if empty {
+        cmd.env("FORKPROF_BENCH_EMPTY", "1");
+    }
     let result = cmd.status();
     // restore it whatever happened: it costs two clock reads per program run
     let restored = fs::write(sysctl, old.trim());

@@ -5,6 +5,7 @@ use serde::{Serialize, Serializer};
 use super::BenchArgs;
 use super::ablation::Family;
 use super::bpf_stats::ProgStat;
+use super::floor::Summary;
 use super::measure::Row;
 use super::report::Machine;
 use super::stats::{max, median, median_ci90, min};
@@ -37,6 +38,46 @@ struct JsonReport<'a> {
     runs: Vec<JsonRun<'a>>,
     bpf_stats: Option<&'a [ProgStat]>,
     ablation: Option<Vec<JsonFamily<'a>>>,
+    above_floor: Option<Vec<JsonFloor<'a>>>,
+}
+
+/// One build of `--above-floor`, in µs (and hits) per iteration.
+#[derive(Serialize)]
+struct JsonFloor<'a> {
+    build: &'a str,
+    above_us: Dec3,
+    round_above_us: Vec<Dec3>,
+    programs: Vec<JsonProgramFloor<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonProgramFloor<'a> {
+    program: &'a str,
+    hits_per_iter: Dec3,
+    real_us: Dec3,
+    empty_us: Dec3,
+    above_us: Dec3,
+}
+
+impl<'a> JsonFloor<'a> {
+    fn new(s: &'a Summary) -> Self {
+        JsonFloor {
+            build: &s.build,
+            above_us: Dec3(s.above_us),
+            round_above_us: dec3(&s.round_above_us),
+            programs: s
+                .programs
+                .iter()
+                .map(|p| JsonProgramFloor {
+                    program: &p.program,
+                    hits_per_iter: Dec3(p.hits_per_iter),
+                    real_us: Dec3(p.real_us),
+                    empty_us: Dec3(p.empty_us),
+                    above_us: Dec3(p.above_us),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One hook family of `--ablation`.
@@ -107,6 +148,7 @@ pub(super) fn json(
     check: Option<&str>,
     stats: Option<&[ProgStat]>,
     families: Option<&[Family]>,
+    floor: Option<&[Summary]>,
 ) -> Result<String> {
     Ok(serde_json::to_string(&JsonReport {
         workload: args.workload,
@@ -128,6 +170,7 @@ pub(super) fn json(
                 })
                 .collect()
         }),
+        above_floor: floor.map(|fs| fs.iter().map(JsonFloor::new).collect()),
     })?)
 }
 
@@ -144,6 +187,18 @@ mod tests {
             run_ns: 1_005_879,
             runs: 3565,
         }];
+        let floor = [Summary {
+            build: "this build".to_owned(),
+            programs: vec![crate::bench::floor::ProgramFloor {
+                program: "forkprof_sys_enter".to_owned(),
+                hits_per_iter: 33.8,
+                real_us: 3.6612,
+                empty_us: 1.83,
+                above_us: 1.8312,
+            }],
+            above_us: 1.8312,
+            round_above_us: vec![1.5, 2.25],
+        }];
         let text = json(
             &args(),
             &machine(),
@@ -151,6 +206,7 @@ mod tests {
             Some("saw"),
             Some(&stats),
             None,
+            Some(&floor),
         )
         .unwrap();
         assert_eq!(
@@ -177,7 +233,9 @@ mod tests {
                 r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[],"cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
                 r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}],"#,
-                r#""ablation":null}"#,
+                r#""ablation":null,"above_floor":[{"build":"this build","above_us":1.831,"#,
+                r#""round_above_us":[1.5,2.25],"programs":[{"program":"forkprof_sys_enter","#,
+                r#""hits_per_iter":33.8,"real_us":3.661,"empty_us":1.83,"above_us":1.831}]}]}"#,
             )
         );
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -193,7 +251,7 @@ mod tests {
             background: 0.0,
         }];
         row.ratios = Some(vec![1.01, 1.02, 1.03, 1.04, 1.05]);
-        let text = json(&args(), &machine(), &[row], None, None, None).unwrap();
+        let text = json(&args(), &machine(), &[row], None, None, None, None).unwrap();
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
         let run = &parsed["runs"][0];
         assert_eq!(run["median_us"], 1255.578);
@@ -201,5 +259,6 @@ mod tests {
         assert_eq!(run["overhead_ci90_pct"], serde_json::json!([1.0, 5.0]));
         assert_eq!(parsed["forkprof_check"], serde_json::Value::Null);
         assert_eq!(parsed["bpf_stats"], serde_json::Value::Null);
+        assert_eq!(parsed["above_floor"], serde_json::Value::Null);
     }
 }

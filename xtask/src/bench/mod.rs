@@ -15,6 +15,7 @@
 mod ablation;
 mod background;
 mod bpf_stats;
+mod floor;
 mod json;
 mod measure;
 mod report;
@@ -57,6 +58,16 @@ pub struct BenchArgs {
     /// --bpf-stats for each family's hits and time.
     #[arg(long)]
     ablation: bool,
+    /// After the pairs, this many rounds of forkprof run with kernel.bpf_stats_enabled=1,
+    /// real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating: each program's median
+    /// time per iteration above its empty twin, which is forkprof's own work above the
+    /// floor of its hooks (needs bpftool).
+    #[arg(long, value_name = "ROUNDS", value_parser = clap::value_parser!(u32).range(1..=100))]
+    above_floor: Option<u32>,
+    /// With --above-floor: another forkprof binary (an earlier build, say) measured in the
+    /// same rounds, right after this one, and compared with it.
+    #[arg(long, value_name = "FORKPROF", requires = "above_floor")]
+    before: Option<std::path::PathBuf>,
     /// Print the results as one JSON document on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
@@ -104,12 +115,34 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     } else {
         None
     };
+    let floor = match args.above_floor {
+        Some(rounds) => {
+            let mut builds = vec![floor::Build {
+                label: format!("this build ({})", paths.forkprof.display()),
+                forkprof: paths.forkprof.clone(),
+            }];
+            if let Some(before) = &args.before {
+                builds.push(floor::Build {
+                    label: format!("before ({})", before.display()),
+                    forkprof: before.clone(),
+                });
+            }
+            let runs = floor::measure(&paths, args.iterations, rounds, &builds)?;
+            Some(
+                runs.iter()
+                    .map(|r| floor::summarise(r, args.iterations))
+                    .collect::<Vec<_>>(),
+            )
+        }
+        None => None,
+    };
     report::print(
         args,
         &rows,
         check.as_deref(),
         stats.as_deref(),
         families.as_deref(),
+        floor.as_deref(),
     )
 }
 
@@ -124,6 +157,11 @@ fn check(args: &BenchArgs) -> Result<()> {
     if !(args.max_background.is_finite() && args.max_background > 0.0) {
         bail!("--max-background must be a positive number of CPUs");
     }
+    if let Some(before) = &args.before
+        && !before.is_file()
+    {
+        bail!("--before {}: no such file", before.display());
+    }
     Ok(())
 }
 
@@ -137,7 +175,7 @@ fn prepare(
 ) -> Result<()> {
     tools::ensure_packages(tools, args.no_install, unavailable)?;
     tools::ensure_tracefs(tools, unavailable);
-    if tools.iter().any(|t| t.is_forkprof()) && !args.no_build {
+    if (tools.iter().any(|t| t.is_forkprof()) || args.above_floor.is_some()) && !args.no_build {
         tools::build_forkprof()?;
     }
     tools::compile_loop(paths)

@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::BenchArgs;
 use super::ablation::{self, Family};
 use super::bpf_stats::{self, ProgStat};
+use super::floor::{self, Summary};
 use super::json;
 use super::measure::Row;
 use super::stats::{max, median, median_ci90, min, pct};
@@ -50,12 +51,13 @@ pub(super) fn print(
     check: Option<&str>,
     stats: Option<&[ProgStat]>,
     families: Option<&[Family]>,
+    floor: Option<&[Summary]>,
 ) -> Result<()> {
     let machine = Machine::probe();
     if args.json {
         println!(
             "{}",
-            json::json(args, &machine, rows, check, stats, families)?
+            json::json(args, &machine, rows, check, stats, families, floor)?
         );
     } else {
         print!("{}", table(args, &machine, rows, check));
@@ -65,6 +67,9 @@ pub(super) fn print(
         }
         if let Some(families) = families {
             print!("{}", ablation::table(families));
+        }
+        if let Some(floor) = floor {
+            print!("{}", floor::table(floor, args.iterations));
         }
     }
     Ok(())
@@ -217,6 +222,8 @@ pub(super) mod tests {
             pairs: 2,
             only: Vec::new(),
             ablation: false,
+            above_floor: None,
+            before: None,
             max_background: 0.25,
             retries: 1,
             bpf_stats: false,

@@ -1,0 +1,318 @@
+//! `--above-floor ROUNDS`: forkprof's own work per iteration of the loop, above the floor
+//! that its hooks cost by being attached.
+//!
+//! Each round runs the loop under `forkprof run` with kernel.bpf_stats_enabled=1 twice:
+//! with the real programs, then with empty ones (FORKPROF_BENCH_EMPTY=1: the same hooks
+//! attach and every program returns at entry). With `--before PATH`, another build does
+//! the same right after, in the same round, so that two builds are compared under the same
+//! drift of the host. A program's work above the floor is the median over the rounds of
+//! its real time per iteration less the median of its empty time; the sum over the
+//! programs is forkprof's own work. Each round's own difference (all real programs less
+//! all empty ones) is listed too: how far they spread is the measurement's noise.
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::bpf_stats::{self, ProgStat};
+use super::stats::median;
+use super::tools::Paths;
+
+/// A forkprof binary to measure, and its name in the table.
+pub(super) struct Build {
+    pub(super) label: String,
+    pub(super) forkprof: PathBuf,
+}
+
+/// One build's runs: per round, the real programs' statistics and the empty ones'.
+pub(super) struct Rounds {
+    pub(super) label: String,
+    pub(super) real: Vec<Vec<ProgStat>>,
+    pub(super) empty: Vec<Vec<ProgStat>>,
+}
+
+/// Runs `rounds` rounds; in each, every build's real run and then its empty run.
+pub(super) fn measure(
+    paths: &Paths,
+    iterations: u32,
+    rounds: u32,
+    builds: &[Build],
+) -> Result<Vec<Rounds>> {
+    let mut out: Vec<Rounds> = builds
+        .iter()
+        .map(|b| Rounds {
+            label: b.label.clone(),
+            real: Vec::new(),
+            empty: Vec::new(),
+        })
+        .collect();
+    for round in 1..=rounds {
+        eprintln!("xtask: bench: above the floor, round {round}/{rounds}");
+        for (build, rounds) in builds.iter().zip(&mut out) {
+            rounds.real.push(bpf_stats::measure_with(
+                paths,
+                &build.forkprof,
+                false,
+                iterations,
+            )?);
+            rounds.empty.push(bpf_stats::measure_with(
+                paths,
+                &build.forkprof,
+                true,
+                iterations,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
+/// One program's medians, in µs (or hits) per iteration.
+#[derive(Debug, PartialEq)]
+pub(super) struct ProgramFloor {
+    pub(super) program: String,
+    pub(super) hits_per_iter: f64,
+    pub(super) real_us: f64,
+    pub(super) empty_us: f64,
+    pub(super) above_us: f64,
+}
+
+/// One build's result.
+#[derive(Debug, PartialEq)]
+pub(super) struct Summary {
+    pub(super) build: String,
+    /// By work above the floor, largest first.
+    pub(super) programs: Vec<ProgramFloor>,
+    /// The sum of the programs' `above_us`: forkprof's own work per iteration.
+    pub(super) above_us: f64,
+    /// Each round's total of real programs less its total of empty ones, in round order.
+    pub(super) round_above_us: Vec<f64>,
+}
+
+/// Microseconds per iteration of one program's time in one run (0 when it did not run).
+fn us_of(stats: &[ProgStat], program: &str, iterations: u32) -> f64 {
+    stats
+        .iter()
+        .filter(|p| p.name == program)
+        .map(|p| p.run_ns as f64)
+        .sum::<f64>()
+        / f64::from(iterations)
+        / 1000.0
+}
+
+fn total_us(stats: &[ProgStat], iterations: u32) -> f64 {
+    stats.iter().map(|p| p.run_ns as f64).sum::<f64>() / f64::from(iterations) / 1000.0
+}
+
+/// The per-program medians and the rounds' totals of one build.
+pub(super) fn summarise(rounds: &Rounds, iterations: u32) -> Summary {
+    let mut names: Vec<&str> = rounds
+        .real
+        .iter()
+        .chain(&rounds.empty)
+        .flatten()
+        .map(|p| p.name.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let n = f64::from(iterations);
+    let mut programs: Vec<ProgramFloor> = names
+        .into_iter()
+        .map(|name| {
+            let per_round = |runs: &[Vec<ProgStat>]| -> Vec<f64> {
+                runs.iter().map(|r| us_of(r, name, iterations)).collect()
+            };
+            let hits: Vec<f64> = rounds
+                .real
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .filter(|p| p.name == name)
+                        .map(|p| p.runs as f64)
+                        .sum::<f64>()
+                        / n
+                })
+                .collect();
+            let real_us = median(&per_round(&rounds.real)).unwrap_or(0.0);
+            let empty_us = median(&per_round(&rounds.empty)).unwrap_or(0.0);
+            ProgramFloor {
+                program: name.to_owned(),
+                hits_per_iter: median(&hits).unwrap_or(0.0),
+                real_us,
+                empty_us,
+                above_us: real_us - empty_us,
+            }
+        })
+        .collect();
+    programs.sort_by(|a, b| b.above_us.total_cmp(&a.above_us));
+    Summary {
+        build: rounds.label.clone(),
+        above_us: programs.iter().map(|p| p.above_us).sum(),
+        round_above_us: rounds
+            .real
+            .iter()
+            .zip(&rounds.empty)
+            .map(|(r, e)| total_us(r, iterations) - total_us(e, iterations))
+            .collect(),
+        programs,
+    }
+}
+
+/// The text tables, one per build, and the difference of the first build from the others.
+pub(super) fn table(summaries: &[Summary], iterations: u32) -> String {
+    let mut out = String::new();
+    let rounds = summaries.first().map_or(0, |s| s.round_above_us.len());
+    let _ = writeln!(
+        out,
+        "\nforkprof's own work above its hooks' floor: {rounds} rounds of {iterations} \
+         iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating, \
+         kernel.bpf_stats_enabled=1; medians in us per iteration"
+    );
+    for s in summaries {
+        let width = s
+            .programs
+            .iter()
+            .map(|p| p.program.len())
+            .max()
+            .unwrap_or(0)
+            .max(7);
+        let _ = writeln!(out, "\n{}:\n", s.build);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>9}  {:>7}  {:>7}  {:>7}",
+            "program", "hits/iter", "real", "empty", "above"
+        );
+        let _ = writeln!(out, "{}", "-".repeat(width + 38));
+        for p in &s.programs {
+            let _ = writeln!(
+                out,
+                "{:<width$}  {:>9.1}  {:>7.2}  {:>7.2}  {:>7.2}",
+                p.program, p.hits_per_iter, p.real_us, p.empty_us, p.above_us
+            );
+        }
+        let real: f64 = s.programs.iter().map(|p| p.real_us).sum();
+        let empty: f64 = s.programs.iter().map(|p| p.empty_us).sum();
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>9}  {:>7.2}  {:>7.2}  {:>7.2}",
+            "total", "", real, empty, s.above_us
+        );
+        let each: Vec<String> = s.round_above_us.iter().map(|v| format!("{v:.2}")).collect();
+        let _ = writeln!(
+            out,
+            "each round, all real less all empty: {} (median {})",
+            each.join(", "),
+            median(&s.round_above_us).map_or_else(|| "-".to_owned(), |m| format!("{m:.2}"))
+        );
+    }
+    if let [this, others @ ..] = summaries {
+        for other in others {
+            let _ = writeln!(
+                out,
+                "\n{} less {}: {:+.2} us per iteration above the floor (sums of medians)",
+                this.build,
+                other.build,
+                this.above_us - other.above_us
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "bpf_stats adds two clock reads to every hit, in real and empty runs alike"
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(name: &str, run_ns: u64, runs: u64) -> ProgStat {
+        ProgStat {
+            name: name.to_owned(),
+            run_ns,
+            runs,
+        }
+    }
+
+    fn rounds() -> Rounds {
+        // 1000 iterations: 1000 ns in all is 1 ns per iteration, 0.001 us.
+        Rounds {
+            label: "this build".to_owned(),
+            real: vec![
+                vec![stat("a", 3_000_000, 2000), stat("b", 1_000_000, 1000)],
+                vec![stat("a", 5_000_000, 2000), stat("b", 1_200_000, 1000)],
+                vec![stat("a", 4_000_000, 2000), stat("b", 900_000, 1000)],
+            ],
+            empty: vec![
+                vec![stat("a", 1_000_000, 2000), stat("b", 100_000, 1000)],
+                vec![stat("a", 2_000_000, 2000), stat("b", 100_000, 1000)],
+                vec![stat("a", 1_500_000, 2000), stat("b", 200_000, 1000)],
+            ],
+        }
+    }
+
+    #[test]
+    fn medians_per_program_and_totals_per_round() {
+        let s = summarise(&rounds(), 1000);
+        assert_eq!(s.programs.len(), 2);
+        // a: real median 4.0, empty median 1.5; b: real 1.0, empty 0.1
+        assert_eq!(s.programs[0].program, "a");
+        assert!((s.programs[0].real_us - 4.0).abs() < 1e-9);
+        assert!((s.programs[0].empty_us - 1.5).abs() < 1e-9);
+        assert!((s.programs[0].above_us - 2.5).abs() < 1e-9);
+        assert!((s.programs[0].hits_per_iter - 2.0).abs() < 1e-9);
+        assert!((s.programs[1].above_us - 0.9).abs() < 1e-9);
+        assert!((s.above_us - 3.4).abs() < 1e-9);
+        let expected = [4.0 - 1.1, 6.2 - 2.1, 4.9 - 1.7];
+        for (got, want) in s.round_above_us.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{got} != {want}");
+        }
+    }
+
+    #[test]
+    fn a_program_missing_from_a_run_counts_as_zero_there() {
+        let mut r = rounds();
+        r.empty[0].retain(|p| p.name != "b");
+        let s = summarise(&r, 1000);
+        let b = s.programs.iter().find(|p| p.program == "b").unwrap();
+        // empty b: 0.0, 0.1, 0.2 -> median 0.1
+        assert!((b.empty_us - 0.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn table_shows_each_build_and_the_difference() {
+        let this = summarise(&rounds(), 1000);
+        let mut before = rounds();
+        before.label = "before (old/forkprof)".to_owned();
+        before.real[0][0].run_ns = 3_500_000;
+        before.real[1][0].run_ns = 5_500_000;
+        before.real[2][0].run_ns = 4_500_000;
+        let before = summarise(&before, 1000);
+        let text = table(&[this, before], 1000);
+        let expected = "\n\
+forkprof's own work above its hooks' floor: 3 rounds of 1000 iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating, kernel.bpf_stats_enabled=1; medians in us per iteration\n\
+\n\
+this build:\n\
+\n\
+program  hits/iter     real    empty    above\n\
+---------------------------------------------\n\
+a              2.0     4.00     1.50     2.50\n\
+b              1.0     1.00     0.10     0.90\n\
+total                  5.00     1.60     3.40\n\
+each round, all real less all empty: 2.90, 4.10, 3.20 (median 3.20)\n\
+\n\
+before (old/forkprof):\n\
+\n\
+program  hits/iter     real    empty    above\n\
+---------------------------------------------\n\
+a              2.0     4.50     1.50     3.00\n\
+b              1.0     1.00     0.10     0.90\n\
+total                  5.50     1.60     3.90\n\
+each round, all real less all empty: 3.40, 4.60, 3.70 (median 3.70)\n\
+\n\
+this build less before (old/forkprof): -0.50 us per iteration above the floor (sums of medians)\n\
+bpf_stats adds two clock reads to every hit, in real and empty runs alike\n\
+";
+        assert_eq!(text, expected);
+    }
+}

@@ -109,17 +109,17 @@ fn bpftool_progs(text: &str) -> Vec<(u32, ProgStat)> {
         .collect()
 }
 
+/// The width of a table's first column: its longest program name, and at least "program".
+pub(super) fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(str::len).max().unwrap_or(0).max("program".len())
+}
+
 /// The text table of `stats`, per iteration of the loop.
 pub(super) fn table(stats: &[ProgStat], iterations: u32, bare_us: Option<f64>) -> String {
     let n = f64::from(iterations);
     let mut sorted: Vec<&ProgStat> = stats.iter().collect();
     sorted.sort_by_key(|p| std::cmp::Reverse(p.run_ns));
-    let width = sorted
-        .iter()
-        .map(|p| p.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(7);
+    let width = name_width(sorted.iter().map(|p| p.name.as_str()));
     let mut out = String::new();
     let _ = writeln!(
         out,

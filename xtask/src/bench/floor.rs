@@ -88,19 +88,25 @@ pub(super) struct Summary {
     pub(super) round_above_us: Vec<f64>,
 }
 
-/// Microseconds per iteration of one program's time in one run (0 when it did not run).
-fn us_of(stats: &[ProgStat], program: &str, iterations: u32) -> f64 {
+/// `value` summed over the programs of one run that `name` picks (all of them for `None`),
+/// per iteration of the loop; 0 when none ran.
+fn per_iter(
+    stats: &[ProgStat],
+    name: Option<&str>,
+    value: fn(&ProgStat) -> u64,
+    iterations: u32,
+) -> f64 {
     stats
         .iter()
-        .filter(|p| p.name == program)
-        .map(|p| p.run_ns as f64)
+        .filter(|p| name.is_none_or(|n| p.name == n))
+        .map(|p| value(p) as f64)
         .sum::<f64>()
         / f64::from(iterations)
-        / 1000.0
 }
 
-fn total_us(stats: &[ProgStat], iterations: u32) -> f64 {
-    stats.iter().map(|p| p.run_ns as f64).sum::<f64>() / f64::from(iterations) / 1000.0
+/// Microseconds per iteration of the programs that `name` picks in one run.
+fn us(stats: &[ProgStat], name: Option<&str>, iterations: u32) -> f64 {
+    per_iter(stats, name, |p| p.run_ns, iterations) / 1000.0
 }
 
 /// The per-program medians and the rounds' totals of one build.
@@ -114,23 +120,16 @@ pub(super) fn summarise(rounds: &Rounds, iterations: u32) -> Summary {
         .collect();
     names.sort_unstable();
     names.dedup();
-    let n = f64::from(iterations);
     let mut programs: Vec<ProgramFloor> = names
         .into_iter()
         .map(|name| {
             let per_round = |runs: &[Vec<ProgStat>]| -> Vec<f64> {
-                runs.iter().map(|r| us_of(r, name, iterations)).collect()
+                runs.iter().map(|r| us(r, Some(name), iterations)).collect()
             };
             let hits: Vec<f64> = rounds
                 .real
                 .iter()
-                .map(|r| {
-                    r.iter()
-                        .filter(|p| p.name == name)
-                        .map(|p| p.runs as f64)
-                        .sum::<f64>()
-                        / n
-                })
+                .map(|r| per_iter(r, Some(name), |p| p.runs, iterations))
                 .collect();
             let real_us = median(&per_round(&rounds.real)).unwrap_or(0.0);
             let empty_us = median(&per_round(&rounds.empty)).unwrap_or(0.0);
@@ -151,7 +150,7 @@ pub(super) fn summarise(rounds: &Rounds, iterations: u32) -> Summary {
             .real
             .iter()
             .zip(&rounds.empty)
-            .map(|(r, e)| total_us(r, iterations) - total_us(e, iterations))
+            .map(|(r, e)| us(r, None, iterations) - us(e, None, iterations))
             .collect(),
         programs,
     }
@@ -168,13 +167,7 @@ pub(super) fn table(summaries: &[Summary], iterations: u32) -> String {
          kernel.bpf_stats_enabled=1; medians in us per iteration"
     );
     for s in summaries {
-        let width = s
-            .programs
-            .iter()
-            .map(|p| p.program.len())
-            .max()
-            .unwrap_or(0)
-            .max(7);
+        let width = bpf_stats::name_width(s.programs.iter().map(|p| p.program.as_str()));
         let _ = writeln!(out, "\n{}:\n", s.build);
         let _ = writeln!(
             out,

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 
 use super::bpf_stats::{self, ProgStat};
-use super::stats::median;
+use super::stats::{median, median_ci90};
 use super::tools::Paths;
 
 /// A forkprof binary to measure, and its name in the table.
@@ -156,6 +156,17 @@ pub(super) fn summarise(rounds: &Rounds, iterations: u32) -> Summary {
     }
 }
 
+/// Each round's work above the floor of `this` less that of `other`. The two builds ran in
+/// the same round, one right after the other, so each difference shares the host's drift of
+/// that moment: their median and its interval say whether a difference is more than noise.
+pub(super) fn paired(this: &Summary, other: &Summary) -> Vec<f64> {
+    this.round_above_us
+        .iter()
+        .zip(&other.round_above_us)
+        .map(|(a, b)| a - b)
+        .collect()
+}
+
 /// The text tables, one per build, and the difference of the first build from the others.
 pub(super) fn table(summaries: &[Summary], iterations: u32) -> String {
     let mut out = String::new();
@@ -205,6 +216,16 @@ pub(super) fn table(summaries: &[Summary], iterations: u32) -> String {
                 this.build,
                 other.build,
                 this.above_us - other.above_us
+            );
+            let diffs = paired(this, other);
+            let interval = median_ci90(&diffs).map_or_else(
+                || "no interval under 5 rounds".to_owned(),
+                |(lo, hi)| format!("90% CI {lo:+.2} .. {hi:+.2}"),
+            );
+            let _ = writeln!(
+                out,
+                "the same, round by round (each round ran both): median {}, {interval}",
+                median(&diffs).map_or_else(|| "-".to_owned(), |m| format!("{m:+.2}")),
             );
         }
     }
@@ -272,6 +293,39 @@ mod tests {
         assert!((b.empty_us - 0.1).abs() < 1e-9);
     }
 
+    fn summary(label: &str, round_above_us: Vec<f64>) -> Summary {
+        Summary {
+            build: label.to_owned(),
+            programs: Vec::new(),
+            above_us: 0.0,
+            round_above_us,
+        }
+    }
+
+    #[test]
+    fn builds_are_compared_round_by_round_with_an_interval_from_five_rounds() {
+        let this = summary("this", vec![3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let before = summary("before", vec![1.0, 1.0, 1.0, 1.0, 1.0, 9.0]);
+        assert_eq!(paired(&this, &before), [2.0, 3.0, 4.0, 5.0, 6.0, -1.0]);
+        let text = table(&[this, before], 1000);
+        // Six values: the median of -1, 2, 3, 4, 5, 6 is 3.5; the 90% interval is [min, max].
+        assert!(
+            text.contains("median +3.50, 90% CI -1.00 .. +6.00\n"),
+            "{text}"
+        );
+        let short = table(
+            &[
+                summary("this", vec![1.0; 4]),
+                summary("before", vec![0.5; 4]),
+            ],
+            1000,
+        );
+        assert!(
+            short.contains("median +0.50, no interval under 5 rounds\n"),
+            "{short}"
+        );
+    }
+
     #[test]
     fn table_shows_each_build_and_the_difference() {
         let this = summarise(&rounds(), 1000);
@@ -304,6 +358,7 @@ total                  5.50     1.60     3.90\n\
 each round, all real less all empty: 3.40, 4.60, 3.70 (median 3.70)\n\
 \n\
 this build less before (old/forkprof): -0.50 us per iteration above the floor (sums of medians)\n\
+the same, round by round (each round ran both): median -0.50, no interval under 5 rounds\n\
 bpf_stats adds two clock reads to every hit, in real and empty runs alike\n\
 ";
         assert_eq!(text, expected);

@@ -110,6 +110,28 @@ pub fn forkprof_dup_mmap_fexit(_ctx: FExitContext) -> i32 {
     0
 }
 
+// Where dup_mmap is inlined (6.12): the first call it makes once it holds the parent's mmap
+// write lock, and the first after it releases it, bracket the span the mmap_lock tracepoints
+// bracket, with two hits per fork instead of one per mmap_lock event of every task.
+
+#[fentry(function = "uprobe_dup_mmap")]
+pub fn forkprof_dup_mmap_locked_fentry(_ctx: FEntryContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
+    probes::mm::on_dup_mmap_entry();
+    0
+}
+
+#[fentry(function = "dup_userfaultfd_complete")]
+pub fn forkprof_dup_mmap_unlocked_fentry(_ctx: FEntryContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
+    probes::mm::on_dup_mmap_return();
+    0
+}
+
 #[kprobe]
 pub fn forkprof_dup_mmap_kprobe(_ctx: ProbeContext) -> u32 {
     if maps::bench_empty() {

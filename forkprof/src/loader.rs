@@ -89,6 +89,9 @@ pub struct Source {
     pub hooks: &'static [Hook],
     /// Added to the phase source text when this source is used.
     pub note: Option<&'static str>,
+    /// Phases of its job that this source does not measure: "not measured", with the reasons
+    /// the better sources failed, when it is the one used.
+    pub lacks: &'static [Phase],
 }
 
 /// What one group of hooks is for.
@@ -111,7 +114,11 @@ const fn hook(program: &'static str, target: Target) -> Hook {
 }
 
 const fn one(hooks: &'static [Hook]) -> Source {
-    Source { hooks, note: None }
+    Source {
+        hooks,
+        note: None,
+        lacks: &[],
+    }
 }
 
 use Param::{Bool, Int, Ptr};
@@ -175,6 +182,7 @@ pub const JOBS: &[Job] = &[
                     "from the exit_group entry (tp_btf sys_enter): this kernel's \
                      sched_process_exit follows exit_mm",
                 ),
+                lacks: &[],
             },
         ],
     },
@@ -255,6 +263,24 @@ pub const JOBS: &[Job] = &[
                 hook("forkprof_dup_mmap_kprobe", Target::KProbe("dup_mmap")),
                 hook("forkprof_dup_mmap_kretprobe", Target::KRetProbe("dup_mmap")),
             ]),
+            // Where dup_mmap is inlined (6.12): its write-locked span, as the mmap_lock
+            // tracepoints below bracket it, from the first calls inside and after it. Two
+            // hits per fork, where those fire on every mmap_lock event of every task, and
+            // before 6.14 build the lock's memcg path for each one.
+            Source {
+                hooks: &[
+                    hook(
+                        "forkprof_dup_mmap_locked_fentry",
+                        Target::FEntry("uprobe_dup_mmap"),
+                    ),
+                    hook(
+                        "forkprof_dup_mmap_unlocked_fentry",
+                        Target::FEntry("dup_userfaultfd_complete"),
+                    ),
+                ],
+                note: Some("dup_mmap's write-locked span"),
+                lacks: &[],
+            },
             one(&[
                 hook(
                     "forkprof_mmap_lock_acquired",
@@ -277,23 +303,16 @@ pub const JOBS: &[Job] = &[
             ]),
         ],
     },
+    // do_wp_page handles every copy-on-write fault (a huge page's is split and comes back to
+    // it): where it can be hooked it gives their count and their time, with a hit per such
+    // fault. Only where it cannot is page_fault_user attached for the count, a hot hook that
+    // fires on every user page fault of every task.
     Job {
-        name: "page_faults",
+        name: "cow_faults",
         family: "faults",
         required: false,
         hot: true,
-        feeds: &[Phase::CowFaults],
-        sources: &[one(&[hook(
-            "forkprof_page_fault_user",
-            Target::RawTp("page_fault_user", &[Int(8), Ptr, Int(8)]),
-        )])],
-    },
-    Job {
-        name: "wp_faults",
-        family: "faults",
-        required: false,
-        hot: false,
-        feeds: &[Phase::CowFaultTime],
+        feeds: &[Phase::CowFaults, Phase::CowFaultTime],
         sources: &[
             one(&[
                 hook("forkprof_wp_fault_fentry", Target::FEntry("do_wp_page")),
@@ -306,6 +325,14 @@ pub const JOBS: &[Job] = &[
                     Target::KRetProbe("do_wp_page"),
                 ),
             ]),
+            Source {
+                hooks: &[hook(
+                    "forkprof_page_fault_user",
+                    Target::RawTp("page_fault_user", &[Int(8), Ptr, Int(8)]),
+                )],
+                note: Some("write faults on present pages, from user mode"),
+                lacks: &[Phase::CowFaultTime],
+            },
         ],
     },
     Job {
@@ -388,6 +415,11 @@ impl Loaded {
         for js in &self.jobs {
             for &phase in js.job.feeds {
                 match js.used {
+                    Some(i) if js.job.sources[i].lacks.contains(&phase) => {
+                        missing
+                            .entry(phase)
+                            .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
+                    }
                     Some(i) => {
                         let source = &js.job.sources[i];
                         let entry = parts.entry(phase).or_default();
@@ -945,8 +977,8 @@ mod tests {
         // The first matching source is the one attached.
         assert_eq!(matching("exit", NEW).first(), Some(&0));
         assert_eq!(matching("exit", OLD), vec![1]);
-        assert_eq!(matching("dup_mmap", NEW), vec![2]);
-        assert_eq!(matching("dup_mmap", OLD), vec![3]);
+        assert_eq!(matching("dup_mmap", NEW), vec![3]);
+        assert_eq!(matching("dup_mmap", OLD), vec![4]);
         // A prototype nobody wrote a program for matches nothing: never a guessed slot.
         let odd: &[(&str, &[Param])] = &[("sched_process_exit", &[Int(4)])];
         assert!(matching("exit", odd).is_empty());

@@ -551,8 +551,8 @@ pub fn attached_tracepoints(pid: u32) -> Vec<String> {
 }
 
 /// The raw tracepoints forkprof hooks that fire on every syscall, user page fault or
-/// mmap-lock event of every task (the mmap-lock pair only where no better source of
-/// pagetable_copy attaches).
+/// mmap-lock event of every task (page_fault_user only where do_wp_page cannot be hooked,
+/// the mmap-lock pair only where no better source of pagetable_copy attaches).
 pub const HOT_TRACEPOINTS: &[&str] = &[
     "sys_enter",
     "sys_exit",

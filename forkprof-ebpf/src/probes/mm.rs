@@ -1,11 +1,15 @@
 //! Address-space costs: the page-table copy inside fork, and copy-on-write faults after fork.
 //!
 //! The page-table copy is `dup_mmap`, hooked by fentry/fexit or kprobe/kretprobe where the
-//! kernel allows it, else bracketed by the parent's mm write lock (raw mmap_lock tracepoints;
-//! their argument positions differ between kernels, so each layout has its own program and
-//! the agent attaches the one that matches this kernel's BTF prototype).
-//! Copy-on-write faults are counted from the page_fault_user tracepoint; where `do_wp_page`
-//! can be hooked, their time is summed too.
+//! kernel allows it. Where dup_mmap is inlined but fentry is allowed (6.12), the span in which
+//! it holds the parent's mm write lock is bracketed by the first functions it calls inside and
+//! after that span (`uprobe_dup_mmap`, `dup_userfaultfd_complete`). Else that span comes from
+//! the raw mmap_lock tracepoints (their argument positions differ between kernels, so each
+//! layout has its own program and the agent attaches the one that matches this kernel's BTF
+//! prototype).
+//! Copy-on-write faults are counted, and their time summed, at `do_wp_page` where it can be
+//! hooked; only where it cannot are they counted from the page_fault_user tracepoint, which
+//! fires on every user page fault of every task (the loader attaches one or the other).
 use aya_ebpf::programs::RawTracePointContext;
 use forkprof_common::{ProcState, active};
 
@@ -54,7 +58,8 @@ pub fn on_lock_released(ctx: &RawTracePointContext, write: usize) {
     }
 }
 
-/// Entry of dup_mmap (fentry or kprobe): only a fork syscall calls it, in the parent.
+/// Entry of dup_mmap (fentry or kprobe), or of `uprobe_dup_mmap`, which dup_mmap calls once it
+/// holds the parent's write lock: only a fork syscall calls them, in the parent.
 pub fn on_dup_mmap_entry() {
     if let Some(fs) = maps::fork_in_flight()
         && fs.pt_start == 0
@@ -63,7 +68,9 @@ pub fn on_dup_mmap_entry() {
     }
 }
 
-/// Return of dup_mmap (fexit or kretprobe).
+/// Return of dup_mmap (fexit or kretprobe), or entry of `dup_userfaultfd_complete`, which
+/// dup_mmap calls right after it releases the parent's write lock (only when the copy
+/// succeeded: a failed fork's copy stays unmeasured).
 pub fn on_dup_mmap_return() {
     if let Some(fs) = maps::fork_in_flight()
         && fs.pt_start != 0
@@ -83,7 +90,12 @@ pub fn on_page_fault(ctx: &RawTracePointContext) {
         return;
     };
     // SAFETY: map value of a traced process.
-    let ps = unsafe { &mut *ps };
+    count_cow_fault(unsafe { &mut *ps });
+}
+
+/// One copy-on-write fault of `ps`: in its own window, and as the parent of children in theirs.
+#[inline(always)]
+fn count_cow_fault(ps: &mut ProcState) {
     if ps.in_cow_window != 0 {
         ps.cow_faults += 1;
     }
@@ -98,9 +110,12 @@ fn cow_process() -> Option<&'static mut ProcState> {
     maps::process_in_window(active::COW).filter(|ps| ps.in_cow_window != 0 || ps.cow_children != 0)
 }
 
-/// Entry of do_wp_page (fentry or kprobe): a write fault on a present, write-protected page.
+/// Entry of do_wp_page (fentry or kprobe): a write fault on a present, write-protected page
+/// (a huge page's is split and comes here too). Where this is hooked, page_fault_user is not
+/// attached, and the fault is counted here.
 pub fn on_wp_fault_entry() {
     if let Some(ps) = cow_process() {
+        count_cow_fault(ps);
         ps.wp_start = maps::now();
     }
 }

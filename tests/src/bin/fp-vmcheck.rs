@@ -448,6 +448,13 @@ fn cow() -> Result<String, String> {
         return Err(format!("cow_faults {faults} for {PAGES} pages written"));
     }
     let source = report["sources"]["cow_fault_time"].as_str().unwrap_or("");
+    // Where do_wp_page is hooked it counts the faults too: no hook on every page fault.
+    let counted_by = report["sources"]["cow_faults"].as_str().unwrap_or("");
+    if not_measured(source).is_none() && counted_by.contains("page_fault_user") {
+        return Err(format!(
+            "cow_faults from {counted_by:?} where do_wp_page is hooked ({source})"
+        ));
+    }
     let time = num(&child["phases"]["cow_fault_time"]);
     match (not_measured(source), time) {
         (Some(_), None) => Ok(format!(
@@ -485,6 +492,14 @@ fn pagetable_copy() -> Result<String, String> {
     let source = report["sources"]["pagetable_copy"].as_str().unwrap_or("");
     if let Some(why) = not_measured(source) {
         return Err(format!("pagetable_copy not measured: {why}"));
+    }
+    // Where fentry attaches (do_wp_page's says so), no mmap_lock event is hooked: dup_mmap,
+    // or its calls around the write-locked span where it is inlined, bracket the copy.
+    let wp = report["sources"]["cow_fault_time"].as_str().unwrap_or("");
+    if wp.starts_with("fentry") && source.contains("mmap_lock") {
+        return Err(format!(
+            "pagetable_copy from {source:?} where fentry attaches"
+        ));
     }
     let procs = report["processes"].as_array().ok_or("no processes array")?;
     let mut shares: Vec<f64> = Vec::new();

@@ -133,6 +133,24 @@ pub fn forkprof_dup_mmap_unlocked_fentry(_ctx: FEntryContext) -> i32 {
 }
 
 #[kprobe]
+pub fn forkprof_dup_mmap_locked_kprobe(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
+    probes::mm::on_dup_mmap_entry();
+    0
+}
+
+#[kprobe]
+pub fn forkprof_dup_mmap_unlocked_kprobe(_ctx: ProbeContext) -> u32 {
+    if maps::bench_empty() {
+        return 0;
+    }
+    probes::mm::on_dup_mmap_return();
+    0
+}
+
+#[kprobe]
 pub fn forkprof_dup_mmap_kprobe(_ctx: ProbeContext) -> u32 {
     if maps::bench_empty() {
         return 0;

@@ -60,6 +60,11 @@ impl Target {
         }
     }
 
+    /// An fentry or fexit hook: a BPF trampoline on a kernel function.
+    pub fn is_trampoline(self) -> bool {
+        matches!(self, Self::FEntry(_) | Self::FExit(_))
+    }
+
     /// "tp_btf sys_enter"
     pub fn label(self) -> String {
         format!("{} {}", self.kind(), self.name())
@@ -276,6 +281,20 @@ pub const JOBS: &[Job] = &[
                     hook(
                         "forkprof_dup_mmap_unlocked_fentry",
                         Target::FEntry("dup_userfaultfd_complete"),
+                    ),
+                ],
+                note: Some("dup_mmap's write-locked span"),
+                lacks: &[],
+            },
+            Source {
+                hooks: &[
+                    hook(
+                        "forkprof_dup_mmap_locked_kprobe",
+                        Target::KProbe("uprobe_dup_mmap"),
+                    ),
+                    hook(
+                        "forkprof_dup_mmap_unlocked_kprobe",
+                        Target::KProbe("dup_userfaultfd_complete"),
                     ),
                 ],
                 note: Some("dup_mmap's write-locked span"),
@@ -602,6 +621,20 @@ pub fn proc_slot_mask(value: Option<&str>) -> Result<u32> {
     }
 }
 
+/// A source left out by `FORKPROF_TEST_NO_FENTRY`.
+const NO_FENTRY: &str = "left out by FORKPROF_TEST_NO_FENTRY";
+
+/// `FORKPROF_TEST_NO_FENTRY=1` (for tests only): every source with an fentry or fexit hook is
+/// left out, so that a kernel that allows both fentry and kprobes runs the kprobe sources,
+/// which kernels that refuse only fentry would use.
+pub fn test_no_fentry(value: Option<&str>) -> Result<bool> {
+    match value {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => bail!("FORKPROF_TEST_NO_FENTRY must be 0 or 1, not {v:?}"),
+    }
+}
+
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let data = btf::read_kernel_btf()?;
@@ -609,6 +642,10 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let bench = BenchSwitches::from_env()?;
     if let Some(line) = bench.warning() {
         eprintln!("{line}");
+    }
+    let no_fentry = test_no_fentry(std::env::var("FORKPROF_TEST_NO_FENTRY").ok().as_deref())?;
+    if no_fentry {
+        eprintln!("forkprof: FORKPROF_TEST_NO_FENTRY=1 (tests only): no fentry or fexit source");
     }
     let trace_all = u32::from(opts.trace_all);
     let precise_ld = u32::from(opts.precise_ld);
@@ -674,6 +711,15 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 for h in source.hooks {
                     hooks.push(hook_status(job, h, "unused", None));
                 }
+                continue;
+            }
+            if no_fentry && source.hooks.iter().any(|h| h.target.is_trampoline()) {
+                for h in source.hooks {
+                    hooks.push(hook_status(job, h, NO_FENTRY, None));
+                }
+                status
+                    .errors
+                    .push(format!("{} ({NO_FENTRY})", source.hooks[0].target.label()));
                 continue;
             }
             let mut ok = true;
@@ -973,12 +1019,20 @@ mod tests {
     }
 
     #[test]
+    fn the_no_fentry_switch_is_0_or_1() {
+        assert!(!test_no_fentry(None).unwrap());
+        assert!(!test_no_fentry(Some("0")).unwrap());
+        assert!(test_no_fentry(Some("1")).unwrap());
+        assert!(test_no_fentry(Some("yes")).is_err());
+    }
+
+    #[test]
     fn each_kernel_layout_picks_the_program_written_for_it() {
         // The first matching source is the one attached.
         assert_eq!(matching("exit", NEW).first(), Some(&0));
         assert_eq!(matching("exit", OLD), vec![1]);
-        assert_eq!(matching("dup_mmap", NEW), vec![3]);
-        assert_eq!(matching("dup_mmap", OLD), vec![4]);
+        assert_eq!(matching("dup_mmap", NEW), vec![4]);
+        assert_eq!(matching("dup_mmap", OLD), vec![5]);
         // A prototype nobody wrote a program for matches nothing: never a guessed slot.
         let odd: &[(&str, &[Param])] = &[("sched_process_exit", &[Int(4)])];
         assert!(matching("exit", odd).is_empty());

@@ -131,8 +131,15 @@ fn read_json(path: &str) -> Result<Value, String> {
 
 /// `forkprof run ARGS`, expecting exit 0, and its JSON report at `report`.
 fn run_report(args: &[&str], report: &str) -> Result<Value, String> {
+    run_report_with(&[], args, report)
+}
+
+/// `run_report` with `env` (`NAME=VALUE`) in forkprof's environment.
+fn run_report_with(env: &[&str], args: &[&str], report: &str) -> Result<Value, String> {
     let _ = std::fs::remove_file(report);
-    let mut all = vec![FORKPROF, "run", "--json", "--report", report, "--"];
+    let mut all = vec!["/bin/env"];
+    all.extend_from_slice(env);
+    all.extend_from_slice(&[FORKPROF, "run", "--json", "--report", report, "--"]);
     all.extend_from_slice(args);
     let ran = exec(&all);
     if ran.code != Some(0) {
@@ -188,6 +195,16 @@ fn doctor() -> Result<String, String> {
         let uses = |g: &&Value| g["job"].as_str() == Some(job) && g["used"].as_bool() == Some(true);
         if h["required"].as_bool() == Some(true) && !hooks.iter().any(|g| uses(&g)) {
             bad.push(format!("required job {job} has no source attached"));
+        }
+    }
+    // The sources these kernels never use (fentry wins) are still loaded and attached by
+    // doctor: where kprobes work, the kprobe pair on dup_mmap's calls must attach too.
+    let has = |hook: &str| attached.iter().any(|a| a == hook);
+    if has("kprobe do_wp_page") {
+        for hook in ["kprobe uprobe_dup_mmap", "kprobe dup_userfaultfd_complete"] {
+            if !has(hook) {
+                bad.push(format!("{hook} did not attach where kprobes do"));
+            }
         }
     }
     bad.dedup();
@@ -435,9 +452,23 @@ fn static_start() -> Result<String, String> {
 /// A fork child waits while its parent writes `PAGES` pages: the child's `cow_faults` counts
 /// them (the parent's faults inside the child's window), and where the kernel lets forkprof
 /// hook `do_wp_page`, `cow_fault_time` has their time.
-fn cow() -> Result<String, String> {
+///
+/// With `FORKPROF_TEST_NO_FENTRY=1` in `env`, the kprobes on `do_wp_page` must count and time
+/// them (what a kernel that refuses only fentry would use).
+fn cow(env: &[&str]) -> Result<String, String> {
     const PAGES: f64 = 200.0;
-    let report = run_report(&[WORKLOAD, "cow", "200"], "/tmp/cow.json")?;
+    let report = run_report_with(env, &[WORKLOAD, "cow", "200"], "/tmp/cow.json")?;
+    if !env.is_empty()
+        && !report["sources"]["cow_faults"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("kprobe")
+    {
+        return Err(format!(
+            "cow_faults from {} with {env:?}",
+            report["sources"]["cow_faults"]
+        ));
+    }
     let procs = report["processes"].as_array().ok_or("no processes array")?;
     let kids: Vec<&Value> = procs.iter().filter(|p| p["method"] == "fork").collect();
     let [child] = kids[..] else {
@@ -476,9 +507,12 @@ fn cow() -> Result<String, String> {
 /// fork, as the host's accuracy test checks with 1 GiB and real timings. What it leaves out
 /// (the syscall's entry and return, the task's other copies) does not grow with the parent,
 /// and the 65536 page-table entries copied take far longer, under TCG as on hardware.
-fn pagetable_copy() -> Result<String, String> {
+///
+/// With `FORKPROF_TEST_NO_FENTRY=1` in `env`, a kprobe source must measure it.
+fn pagetable_copy(env: &[&str]) -> Result<String, String> {
     const FORKS: usize = 3;
-    let report = run_report(
+    let report = run_report_with(
+        env,
         &[
             "/bin/env",
             "FP_RSS_MIB=256",
@@ -492,6 +526,9 @@ fn pagetable_copy() -> Result<String, String> {
     let source = report["sources"]["pagetable_copy"].as_str().unwrap_or("");
     if let Some(why) = not_measured(source) {
         return Err(format!("pagetable_copy not measured: {why}"));
+    }
+    if !env.is_empty() && !source.starts_with("kprobe") {
+        return Err(format!("pagetable_copy from {source:?} with {env:?}"));
     }
     // Where fentry attaches (do_wp_page's says so), no mmap_lock event is hooked: dup_mmap,
     // or its calls around the write-locked span where it is inlined, bracket the copy.
@@ -709,8 +746,12 @@ fn guest() -> i32 {
     }
     t.check("exit-codes", exit_codes());
     t.check("static-start", static_start());
-    t.check("cow", cow());
-    t.check("pagetable-copy", pagetable_copy());
+    t.check("cow", cow(&[]));
+    t.check("pagetable-copy", pagetable_copy(&[]));
+    // The kprobe sources, which these kernels never choose while fentry attaches.
+    const NO_FENTRY: &[&str] = &["FORKPROF_TEST_NO_FENTRY=1"];
+    t.check("cow-kprobe", cow(NO_FENTRY));
+    t.check("pagetable-copy-kprobe", pagetable_copy(NO_FENTRY));
     t.check("record-report", record_report());
     t.check("cgroup-scope", cgroup_scope());
     println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);

@@ -171,6 +171,7 @@ mod tests {
             ("forkprof_dup_mmap_kprobe", "mmap"),
             ("forkprof_dup_mmap_locked_fentry", "mmap"),
             ("forkprof_dup_mmap_unlocked_fentry", "mmap"),
+            ("forkprof_dup_mmap_locked_kprobe", "mmap"),
             ("forkprof_page_fault_user", "faults"),
             ("forkprof_wp_fault_fexit", "faults"),
             ("forkprof_dirty_inode_start", "atime"),

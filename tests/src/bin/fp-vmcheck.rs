@@ -504,9 +504,12 @@ fn cow(env: &[&str]) -> Result<String, String> {
 
 /// A parent with 256 MiB resident forks three times: whichever source this kernel gives
 /// `pagetable_copy` (all of dup_mmap, or its write-locked span), the copy must be most of the
-/// fork, as the host's accuracy test checks with 1 GiB and real timings. What it leaves out
-/// (the syscall's entry and return, the task's other copies) does not grow with the parent,
-/// and the 65536 page-table entries copied take far longer, under TCG as on hardware.
+/// fork. What it leaves out (the syscall's entry and return, the task's other copies) does
+/// not grow with the parent, and the 65536 page-table entries copied take far longer. The
+/// host's accuracy test asks for 90% with 1 GiB and real timings. Here more than half: under
+/// TCG the two vCPUs share the host's CPUs with qemu's own threads, so the task can lose its
+/// CPU anywhere in the syscall (medians of 0.87-0.97 seen), while a bracket around the wrong
+/// span would hold a few percent of the fork.
 ///
 /// With `FORKPROF_TEST_NO_FENTRY=1` in `env`, a kprobe source must measure it.
 fn pagetable_copy(env: &[&str]) -> Result<String, String> {
@@ -555,7 +558,7 @@ fn pagetable_copy(env: &[&str]) -> Result<String, String> {
     shares.sort_by(f64::total_cmp);
     let median = shares[FORKS / 2];
     let detail = format!("median pagetable_copy / fork {median:.3} of {shares:.3?} ({source})");
-    if median < 0.9 {
+    if median <= 0.5 {
         return Err(detail);
     }
     Ok(detail)

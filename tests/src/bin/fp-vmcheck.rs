@@ -458,16 +458,9 @@ fn static_start() -> Result<String, String> {
 fn cow(env: &[&str]) -> Result<String, String> {
     const PAGES: f64 = 200.0;
     let report = run_report_with(env, &[WORKLOAD, "cow", "200"], "/tmp/cow.json")?;
-    if !env.is_empty()
-        && !report["sources"]["cow_faults"]
-            .as_str()
-            .unwrap_or("")
-            .starts_with("kprobe")
-    {
-        return Err(format!(
-            "cow_faults from {} with {env:?}",
-            report["sources"]["cow_faults"]
-        ));
+    let counted_by = report["sources"]["cow_faults"].as_str().unwrap_or("");
+    if !env.is_empty() && !counted_by.starts_with("kprobe") {
+        return Err(format!("cow_faults from {counted_by:?} with {env:?}"));
     }
     let procs = report["processes"].as_array().ok_or("no processes array")?;
     let kids: Vec<&Value> = procs.iter().filter(|p| p["method"] == "fork").collect();
@@ -480,7 +473,6 @@ fn cow(env: &[&str]) -> Result<String, String> {
     }
     let source = report["sources"]["cow_fault_time"].as_str().unwrap_or("");
     // Where do_wp_page is hooked it counts the faults too: no hook on every page fault.
-    let counted_by = report["sources"]["cow_faults"].as_str().unwrap_or("");
     if not_measured(source).is_none() && counted_by.contains("page_fault_user") {
         return Err(format!(
             "cow_faults from {counted_by:?} where do_wp_page is hooked ({source})"

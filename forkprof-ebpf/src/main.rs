@@ -13,6 +13,8 @@
 mod maps;
 mod probes;
 
+use forkprof_common::nr;
+
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
     programs::{
@@ -37,6 +39,78 @@ pub fn forkprof_sys_exit(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     probes::syscalls::on_exit(&ctx);
+    0
+}
+
+// Where the kernel allows trampolines: fentry and fexit on the syscall functions forkprof
+// needs, in place of the two tracepoints above. They fire only for those syscalls, and no
+// task's syscalls take the slow path that a probe on sys_enter or sys_exit imposes on all of
+// them. Each passes its syscall number as a constant. fork and vfork take no arguments: their
+// `__x64_sys_` functions are aliases of `__do_sys_fork` and `__do_sys_vfork`, the names in BTF.
+
+/// fentry on a syscall function (its one argument is the caller's `pt_regs`).
+macro_rules! syscall_entry {
+    ($program:ident, $function:tt, $nr:expr) => {
+        #[fentry(function = $function)]
+        pub fn $program(ctx: FEntryContext) -> i32 {
+            if maps::bench_empty() {
+                return 0;
+            }
+            probes::syscalls::on_enter_of(maps::BtfPtr::new(ctx.arg(0)), $nr);
+            0
+        }
+    };
+}
+
+/// fexit on a syscall function: its argument, then its return value.
+macro_rules! syscall_return {
+    ($program:ident, $function:tt, $nr:expr) => {
+        #[fexit(function = $function)]
+        pub fn $program(ctx: FExitContext) -> i32 {
+            if maps::bench_empty() {
+                return 0;
+            }
+            probes::syscalls::on_return_of(maps::BtfPtr::new(ctx.arg(0)), $nr, ctx.arg(1));
+            0
+        }
+    };
+}
+
+syscall_entry!(forkprof_clone_entry, "__x64_sys_clone", nr::CLONE);
+syscall_return!(forkprof_clone_return, "__x64_sys_clone", nr::CLONE);
+syscall_entry!(forkprof_clone3_entry, "__x64_sys_clone3", nr::CLONE3);
+syscall_return!(forkprof_clone3_return, "__x64_sys_clone3", nr::CLONE3);
+syscall_entry!(forkprof_fork_entry, "__do_sys_fork", nr::FORK);
+syscall_return!(forkprof_fork_return, "__do_sys_fork", nr::FORK);
+syscall_entry!(forkprof_vfork_entry, "__do_sys_vfork", nr::VFORK);
+syscall_return!(forkprof_vfork_return, "__do_sys_vfork", nr::VFORK);
+syscall_entry!(forkprof_execve_entry, "__x64_sys_execve", nr::EXECVE);
+syscall_return!(forkprof_execve_return, "__x64_sys_execve", nr::EXECVE);
+syscall_entry!(forkprof_execveat_entry, "__x64_sys_execveat", nr::EXECVEAT);
+syscall_return!(forkprof_execveat_return, "__x64_sys_execveat", nr::EXECVEAT);
+syscall_entry!(forkprof_access_entry, "__x64_sys_access", nr::ACCESS);
+syscall_entry!(forkprof_openat_entry, "__x64_sys_openat", nr::OPENAT);
+syscall_entry!(
+    forkprof_arch_prctl_entry,
+    "__x64_sys_arch_prctl",
+    nr::ARCH_PRCTL
+);
+syscall_entry!(forkprof_munmap_entry, "__x64_sys_munmap", nr::MUNMAP);
+syscall_entry!(forkprof_mprotect_entry, "__x64_sys_mprotect", nr::MPROTECT);
+syscall_entry!(
+    forkprof_exit_group_entry,
+    "__x64_sys_exit_group",
+    nr::EXIT_GROUP
+);
+
+/// A new task's first return never passes through its syscall's function: `ret_from_fork`
+/// calls `schedule_tail` first, for every new task.
+#[fexit(function = "schedule_tail")]
+pub fn forkprof_first_return(_ctx: FExitContext) -> i32 {
+    if maps::bench_empty() {
+        return 0;
+    }
+    probes::fork::on_child_return();
     0
 }
 

@@ -92,6 +92,8 @@ pub struct Hook {
 /// A set of hooks that together measure a job's phases, and what to say about it.
 pub struct Source {
     pub hooks: &'static [Hook],
+    /// What a phase's source says instead of every hook's label, for a source of many hooks.
+    pub label: Option<&'static str>,
     /// Added to the phase source text when this source is used.
     pub note: Option<&'static str>,
     /// Phases of its job that this source does not measure: "not measured", with the reasons
@@ -105,9 +107,10 @@ pub struct Job {
     /// Its hook family, as `FORKPROF_BENCH_ONLY` names it (see `FAMILIES`).
     pub family: &'static str,
     pub required: bool,
-    /// Its raw tracepoints fire on every syscall, mmap-lock event or user page fault of every
-    /// task. With a `--cgroup` scope they are attached only once the scope has a process
-    /// (`LoadOptions::defer_hot`, `arm`): until then, hosts outside it pay nothing for them.
+    /// Its hooks fire on syscalls, mmap-lock events or page faults of every task. With a
+    /// `--cgroup` scope they are loaded at start and attached only once the scope has a
+    /// process (`LoadOptions::defer_hot`, `arm`): until then, hosts outside it pay nothing for
+    /// them.
     pub hot: bool,
     pub feeds: &'static [Phase],
     /// Best first.
@@ -121,12 +124,54 @@ const fn hook(program: &'static str, target: Target) -> Hook {
 const fn one(hooks: &'static [Hook]) -> Source {
     Source {
         hooks,
+        label: None,
         note: None,
         lacks: &[],
     }
 }
 
 use Param::{Bool, Int, Ptr};
+
+/// The syscalls job's trampoline source: entry and return of each fork-family and exec
+/// syscall, the entries of the five syscalls ld.so's window watches and of exit_group, and a
+/// new task's first return (`schedule_tail`, which `ret_from_fork` calls).
+const SYSCALL_FUNCTIONS: &[Hook] = &[
+    hook("forkprof_clone_entry", Target::FEntry("__x64_sys_clone")),
+    hook("forkprof_clone_return", Target::FExit("__x64_sys_clone")),
+    hook("forkprof_clone3_entry", Target::FEntry("__x64_sys_clone3")),
+    hook("forkprof_clone3_return", Target::FExit("__x64_sys_clone3")),
+    // `__x64_sys_fork` and `__x64_sys_vfork` are aliases of these, which BTF names.
+    hook("forkprof_fork_entry", Target::FEntry("__do_sys_fork")),
+    hook("forkprof_fork_return", Target::FExit("__do_sys_fork")),
+    hook("forkprof_vfork_entry", Target::FEntry("__do_sys_vfork")),
+    hook("forkprof_vfork_return", Target::FExit("__do_sys_vfork")),
+    hook("forkprof_execve_entry", Target::FEntry("__x64_sys_execve")),
+    hook("forkprof_execve_return", Target::FExit("__x64_sys_execve")),
+    hook(
+        "forkprof_execveat_entry",
+        Target::FEntry("__x64_sys_execveat"),
+    ),
+    hook(
+        "forkprof_execveat_return",
+        Target::FExit("__x64_sys_execveat"),
+    ),
+    hook("forkprof_access_entry", Target::FEntry("__x64_sys_access")),
+    hook("forkprof_openat_entry", Target::FEntry("__x64_sys_openat")),
+    hook(
+        "forkprof_arch_prctl_entry",
+        Target::FEntry("__x64_sys_arch_prctl"),
+    ),
+    hook("forkprof_munmap_entry", Target::FEntry("__x64_sys_munmap")),
+    hook(
+        "forkprof_mprotect_entry",
+        Target::FEntry("__x64_sys_mprotect"),
+    ),
+    hook(
+        "forkprof_exit_group_entry",
+        Target::FEntry("__x64_sys_exit_group"),
+    ),
+    hook("forkprof_first_return", Target::FExit("schedule_tail")),
+];
 
 pub const JOBS: &[Job] = &[
     Job {
@@ -145,16 +190,28 @@ pub const JOBS: &[Job] = &[
             Phase::LdMap,
             Phase::LdRelocInit,
         ],
-        sources: &[one(&[
-            hook(
-                "forkprof_sys_enter",
-                Target::BtfTp("sys_enter", &[Ptr, Int(8)]),
-            ),
-            hook(
-                "forkprof_sys_exit",
-                Target::BtfTp("sys_exit", &[Ptr, Int(8)]),
-            ),
-        ])],
+        sources: &[
+            // Where trampolines are allowed: the syscall functions forkprof needs, which
+            // fire only for those syscalls (about 20 hits per spawn of a dynamic binary,
+            // where the tracepoints fire on all of its ~34 syscalls, twice each), and no
+            // task's syscalls take the tracepoints' slow path.
+            Source {
+                hooks: SYSCALL_FUNCTIONS,
+                label: Some("fentry/fexit __x64_sys_* + fexit schedule_tail"),
+                note: None,
+                lacks: &[],
+            },
+            one(&[
+                hook(
+                    "forkprof_sys_enter",
+                    Target::BtfTp("sys_enter", &[Ptr, Int(8)]),
+                ),
+                hook(
+                    "forkprof_sys_exit",
+                    Target::BtfTp("sys_exit", &[Ptr, Int(8)]),
+                ),
+            ]),
+        ],
     },
     Job {
         name: "newtask",
@@ -183,9 +240,10 @@ pub const JOBS: &[Job] = &[
                     "forkprof_sched_process_exit_task",
                     Target::BtfTp("sched_process_exit", &[Ptr]),
                 )],
+                label: None,
                 note: Some(
-                    "from the exit_group entry (tp_btf sys_enter): this kernel's \
-                     sched_process_exit follows exit_mm",
+                    "from the exit_group syscall's entry: this kernel's sched_process_exit \
+                     follows exit_mm",
                 ),
                 lacks: &[],
             },
@@ -283,6 +341,7 @@ pub const JOBS: &[Job] = &[
                         Target::FEntry("dup_userfaultfd_complete"),
                     ),
                 ],
+                label: None,
                 note: Some("dup_mmap's write-locked span"),
                 lacks: &[],
             },
@@ -297,6 +356,7 @@ pub const JOBS: &[Job] = &[
                         Target::KProbe("dup_userfaultfd_complete"),
                     ),
                 ],
+                label: None,
                 note: Some("dup_mmap's write-locked span"),
                 lacks: &[],
             },
@@ -349,6 +409,7 @@ pub const JOBS: &[Job] = &[
                     "forkprof_page_fault_user",
                     Target::RawTp("page_fault_user", &[Int(8), Ptr, Int(8)]),
                 )],
+                label: None,
                 note: Some("write faults on present pages, from user mode"),
                 lacks: &[Phase::CowFaultTime],
             },
@@ -419,8 +480,8 @@ pub struct Loaded {
     pub kernel: KernelInfo,
     pub jobs: Vec<JobStatus>,
     pub hooks: Vec<HookStatus>,
-    /// Hot raw tracepoints loaded but not attached (`LoadOptions::defer_hot`), in the order
-    /// `arm` attaches them.
+    /// Hooks of hot jobs loaded but not attached (`LoadOptions::defer_hot`), in the order `arm`
+    /// attaches them.
     pub deferred: Vec<&'static Hook>,
 }
 
@@ -442,8 +503,9 @@ impl Loaded {
                     Some(i) => {
                         let source = &js.job.sources[i];
                         let entry = parts.entry(phase).or_default();
-                        for h in source.hooks {
-                            entry.push(h.target.label());
+                        match source.label {
+                            Some(label) => entry.push(label.to_string()),
+                            None => entry.extend(source.hooks.iter().map(|h| h.target.label())),
                         }
                         if let Some(note) = source.note {
                             notes.entry(phase).or_default().push(note);
@@ -522,7 +584,7 @@ pub struct LoadOptions {
     /// `--cgroup`: with `trace_all`, follow only the processes of this cgroup v2 subtree (an
     /// open fd of its directory; the rule is in the eBPF crate's `maps::in_scope`).
     pub cgroup_scope: Option<std::os::fd::RawFd>,
-    /// Load the hot raw tracepoints (`Job::hot`) without attaching them; `arm` attaches them
+    /// Load the hooks of hot jobs (`Job::hot`) without attaching them; `arm` attaches them
     /// later. For a `--cgroup` scope that may be empty.
     pub defer_hot: bool,
 }
@@ -725,14 +787,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             let mut ok = true;
             let mut source_deferred = Vec::new();
             for h in source.hooks {
-                let defer = opts.defer_hot
-                    && job.hot
-                    && matches!(h.target, Target::RawTp(..) | Target::BtfTp(..));
-                let result = if defer {
-                    load_tracepoint(&mut ebpf, &kernel, vmlinux.as_ref(), h)
-                } else {
-                    attach(&mut ebpf, &kernel, vmlinux.as_ref(), h)
-                };
+                let defer = opts.defer_hot && job.hot;
+                let result = load_hook(&mut ebpf, &kernel, vmlinux.as_ref(), h).and_then(|()| {
+                    if defer {
+                        check_attaches(&mut ebpf, h)
+                    } else {
+                        attach_loaded(&mut ebpf, h)
+                    }
+                });
                 let failure = result
                     .err()
                     .map(|e| capabilities::explain_failure(h.target.kind(), &format!("{e:#}")));
@@ -785,8 +847,9 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     }
     // Every window a handler keeps is opened at a syscall's entry, directly (a fork, an exec)
     // or through state made there (a child, its copy-on-write window, the dynamic linker's
-    // window). Attaching sys_enter last means no window starts with its first events unseen.
-    deferred.sort_by_key(|h| h.program == "forkprof_sys_enter");
+    // window). Attaching the syscall entries last means no window starts with its first
+    // events unseen.
+    deferred.sort_by_key(|h| opens_windows(h));
     Ok(Loaded {
         ebpf,
         kernel,
@@ -796,22 +859,18 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     })
 }
 
+/// A syscall-entry hook of the syscalls job: where a fork's or an exec's window opens.
+fn opens_windows(h: &Hook) -> bool {
+    h.program == "forkprof_sys_enter"
+        || (h.target.kind() == "fentry" && SYSCALL_FUNCTIONS.iter().any(|s| s.program == h.program))
+}
+
 /// Attaches the hooks that `load` deferred, in order, and empties the list. On an error the
 /// ones attached stay attached.
 pub fn arm(loaded: &mut Loaded) -> Result<()> {
     for h in std::mem::take(&mut loaded.deferred) {
-        let attached = match h.target {
-            Target::RawTp(name, _) => {
-                let p: &mut RawTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
-                p.attach(name).map(|_| ())
-            }
-            Target::BtfTp(..) => {
-                let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
-                p.attach().map(|_| ())
-            }
-            _ => continue,
-        };
-        attached.with_context(|| format!("attaching {}", h.target.label()))?;
+        attach_loaded(&mut loaded.ebpf, h)
+            .with_context(|| format!("attaching {}", h.target.label()))?;
     }
     for status in &mut loaded.hooks {
         if status.status == "deferred" {
@@ -903,48 +962,87 @@ fn load_btf_tp<'a>(
     Ok(p)
 }
 
-/// Loads a tracepoint program of either kind without attaching it (`arm` attaches it).
-fn load_tracepoint(
-    ebpf: &mut Ebpf,
-    kernel: &KernelInfo,
-    vmlinux: Option<&Btf>,
-    h: &Hook,
-) -> Result<()> {
-    match h.target {
-        Target::BtfTp(..) => load_btf_tp(ebpf, kernel, vmlinux, h).map(|_| ()),
-        _ => load_raw_tp(ebpf, kernel, h).map(|_| ()),
-    }
-}
-
 /// The program of hook `h` in the object.
 fn program<'a>(ebpf: &'a mut Ebpf, h: &Hook) -> Result<&'a mut aya::programs::Program> {
     ebpf.program_mut(h.program)
         .ok_or_else(|| anyhow!("program {} missing from the object", h.program))
 }
 
-fn attach(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook) -> Result<()> {
+/// Loads the program of hook `h` into the kernel (the verifier runs here) without attaching
+/// it.
+fn load_hook(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Hook) -> Result<()> {
     match h.target {
-        Target::RawTp(name, _) => {
-            load_raw_tp(ebpf, kernel, h)?.attach(name)?;
+        Target::RawTp(..) => {
+            load_raw_tp(ebpf, kernel, h)?;
         }
         Target::BtfTp(..) => {
-            load_btf_tp(ebpf, kernel, vmlinux, h)?.attach()?;
+            load_btf_tp(ebpf, kernel, vmlinux, h)?;
         }
         Target::FEntry(func) => {
             let btf = vmlinux.context("no kernel BTF")?;
             let p: &mut FEntry = program(ebpf, h)?.try_into()?;
             p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
-            p.attach()?;
         }
         Target::FExit(func) => {
             let btf = vmlinux.context("no kernel BTF")?;
             let p: &mut FExit = program(ebpf, h)?.try_into()?;
             p.load(func, btf).context("load (BPF_PROG_LOAD)")?;
+        }
+        Target::KProbe(_) | Target::KRetProbe(_) => {
+            let p: &mut KProbe = program(ebpf, h)?.try_into()?;
+            p.load().context("load (BPF_PROG_LOAD)")?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the loaded program of hook `h`, to be attached later, can attach here. A
+/// tracepoint's load has checked that: its prototype was checked and the verifier knows the
+/// tracepoint. A kprobe's load checks nothing about its symbol, and a trampoline's does not
+/// check that ftrace can patch its function: those attach once and detach again.
+fn check_attaches(ebpf: &mut Ebpf, h: &Hook) -> Result<()> {
+    match h.target {
+        Target::RawTp(..) | Target::BtfTp(..) => {}
+        Target::FEntry(_) => {
+            let p: &mut FEntry = program(ebpf, h)?.try_into()?;
+            let link = p.attach()?;
+            p.detach(link)?;
+        }
+        Target::FExit(_) => {
+            let p: &mut FExit = program(ebpf, h)?.try_into()?;
+            let link = p.attach()?;
+            p.detach(link)?;
+        }
+        Target::KProbe(func) | Target::KRetProbe(func) => {
+            let p: &mut KProbe = program(ebpf, h)?.try_into()?;
+            let link = p.attach(func, 0)?;
+            p.detach(link)?;
+        }
+    }
+    Ok(())
+}
+
+/// Attaches the loaded program of hook `h`.
+fn attach_loaded(ebpf: &mut Ebpf, h: &Hook) -> Result<()> {
+    match h.target {
+        Target::RawTp(name, _) => {
+            let p: &mut RawTracePoint = program(ebpf, h)?.try_into()?;
+            p.attach(name)?;
+        }
+        Target::BtfTp(..) => {
+            let p: &mut BtfTracePoint = program(ebpf, h)?.try_into()?;
+            p.attach()?;
+        }
+        Target::FEntry(_) => {
+            let p: &mut FEntry = program(ebpf, h)?.try_into()?;
+            p.attach()?;
+        }
+        Target::FExit(_) => {
+            let p: &mut FExit = program(ebpf, h)?.try_into()?;
             p.attach()?;
         }
         Target::KProbe(func) | Target::KRetProbe(func) => {
             let p: &mut KProbe = program(ebpf, h)?.try_into()?;
-            p.load().context("load (BPF_PROG_LOAD)")?;
             p.attach(func, 0)?;
         }
     }

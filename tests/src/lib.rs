@@ -550,6 +550,21 @@ pub fn attached_tracepoints(pid: u32) -> Vec<String> {
     names
 }
 
+/// How many fentry/fexit links (link type `tracing`) process `pid` holds, from its fds'
+/// fdinfo. Their fdinfo names no function, only its BTF id.
+pub fn attached_trampolines(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|info| {
+            info.lines()
+                .any(|l| l.strip_prefix("link_type:").map(str::trim) == Some("tracing"))
+        })
+        .count()
+}
+
 /// The raw tracepoints forkprof hooks that fire on every syscall, user page fault or
 /// mmap-lock event of every task (page_fault_user only where do_wp_page cannot be hooked,
 /// the mmap-lock pair only where no better source of pagetable_copy attaches).

@@ -94,7 +94,7 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
 
 const _: () = assert!(core::mem::offset_of!(SpawnRecord, parent_comm) % 8 == 0);
 
-/// The parent's fork-family syscall returns (sys_exit, a BTF tracepoint).
+/// The parent's fork-family syscall returns (sys_exit, or fexit on the syscall function).
 pub fn on_exit(ret: i64) {
     let (tgid, tid) = maps::current_ids();
     let ps = maps::proc_of(tgid);
@@ -151,8 +151,11 @@ pub fn on_exit(ret: i64) {
     entry.submit(maps::QUIET);
 }
 
-/// A fork-family syscall returned 0: a new task's first return to user space. For the main
-/// thread of a traced fork child, `child_run` starts.
+/// A new task's first return to user space: its fork-family syscall returning 0 at
+/// sys_exit, or, where the syscall functions are hooked instead, the return of
+/// `schedule_tail`, which `ret_from_fork` calls first for every new task (a little earlier:
+/// only the syscall's exit work comes between). For the main thread of a traced fork child,
+/// `child_run` starts.
 pub fn on_child_return() {
     if maps::active(active::CHILDREN) == 0 {
         return;

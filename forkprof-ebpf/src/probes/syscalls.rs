@@ -1,6 +1,8 @@
 //! sys_enter / sys_exit (BTF tracepoints): dispatch by syscall number. Every syscall on the
 //! system passes here, so the common path is one compare chain plus (when no window is open)
-//! a load of a window counter.
+//! a load of a window counter. Where the kernel allows trampolines, fentry and fexit on the
+//! syscall functions forkprof needs take their place (`on_enter_of`, `on_return_of`): they
+//! fire only for those syscalls, and no task's syscalls take the tracepoints' slow path.
 use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{active, nr};
 
@@ -9,8 +11,13 @@ use crate::maps::{self, BtfPtr, regs};
 
 #[inline(always)]
 pub fn on_enter(ctx: &BtfTracePointContext) {
-    let regs = BtfPtr::new(ctx.arg(0));
-    let id: i64 = ctx.arg(1);
+    on_enter_of(BtfPtr::new(ctx.arg(0)), ctx.arg(1));
+}
+
+/// A syscall's entry: from sys_enter, or from fentry on its syscall function, which passes
+/// its number as a constant (the other branches then compile away).
+#[inline(always)]
+pub fn on_enter_of(regs: BtfPtr, id: i64) {
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(),
@@ -30,10 +37,7 @@ pub fn on_enter(ctx: &BtfTracePointContext) {
 
 #[inline(always)]
 pub fn on_exit(ctx: &BtfTracePointContext) {
-    // One test of the three counters rather than three branches.
-    if maps::active(active::FORKS) | maps::active(active::EXECS) | maps::active(active::CHILDREN)
-        == 0
-    {
+    if !any_window() {
         return;
     }
     let regs = BtfPtr::new(ctx.arg(0));
@@ -42,7 +46,26 @@ pub fn on_exit(ctx: &BtfTracePointContext) {
     match id {
         // 0: the new task's first return; the parent gets the child's pid or an error.
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if ret == 0 => fork::on_child_return(),
-        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_exit(ret),
+        _ => on_return_of(regs, id, ret),
+    }
+}
+
+/// One test of the three counters that a syscall's return can close, rather than three
+/// branches.
+#[inline(always)]
+fn any_window() -> bool {
+    maps::active(active::FORKS) | maps::active(active::EXECS) | maps::active(active::CHILDREN) != 0
+}
+
+/// The return of a fork-family syscall to its caller, or of an exec attempt: from sys_exit,
+/// or from fexit on its syscall function (a constant `id`). A fork child's first return never
+/// passes through the function: see `fork::on_child_return`.
+#[inline(always)]
+pub fn on_return_of(regs: BtfPtr, id: i64, ret: i64) {
+    match id {
+        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if maps::active(active::FORKS) != 0 => {
+            fork::on_exit(ret)
+        }
         nr::EXECVE | nr::EXECVEAT => exec::on_exit(regs, id, ret),
         _ => {}
     }

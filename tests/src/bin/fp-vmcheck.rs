@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const FORKPROF: &str = "/fp/forkprof";
+/// The hooks of the syscalls job's fentry/fexit source (`loader::SYSCALL_FUNCTIONS`).
+const SYSCALL_FUNCTION_HOOKS: usize = 19;
 const WORKLOAD: &str = "/fp/fp-workload";
 const DYN: &str = "/fp/dyn_true";
 const STATIC: &str = "/fp/static_true";
@@ -207,6 +209,18 @@ fn doctor() -> Result<String, String> {
             }
         }
     }
+    // The syscalls job's fentry/fexit source is as large as the cgroup-scope check expects.
+    let functions = hooks
+        .iter()
+        .filter(|h| {
+            h["job"] == "syscalls" && matches!(h["kind"].as_str(), Some("fentry" | "fexit"))
+        })
+        .count();
+    if functions != SYSCALL_FUNCTION_HOOKS {
+        bad.push(format!(
+            "{functions} fentry/fexit hooks in the syscalls job (want {SYSCALL_FUNCTION_HOOKS})"
+        ));
+    }
     bad.dedup();
     let hooks = format!(
         "attached [{}]; failed [{}]",
@@ -266,6 +280,16 @@ fn phases_measured(report: &Value) -> Result<String, String> {
                 bad.push(format!("{phase}: \"not measured\" without a reason"));
             }
         }
+    }
+    // Where fentry attaches (do_wp_page's says so), the syscall functions are hooked, not
+    // sys_enter and sys_exit, which put every syscall of every task on the slow path.
+    let fork = sources.get("fork").and_then(Value::as_str).unwrap_or("");
+    let wp = sources
+        .get("cow_fault_time")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if wp.starts_with("fentry") && !fork.starts_with("fentry/fexit") {
+        bad.push(format!("fork from {fork:?} where fentry attaches"));
     }
     let optional = sources
         .contains_key("cow_fault_time")
@@ -525,6 +549,11 @@ fn pagetable_copy(env: &[&str]) -> Result<String, String> {
     if !env.is_empty() && !source.starts_with("kprobe") {
         return Err(format!("pagetable_copy from {source:?} with {env:?}"));
     }
+    // Without trampolines the syscalls come from sys_enter and sys_exit.
+    let fork = report["sources"]["fork"].as_str().unwrap_or("");
+    if !env.is_empty() && !fork.starts_with("tp_btf sys_enter") {
+        return Err(format!("fork from {fork:?} with {env:?}"));
+    }
     // Where fentry attaches (do_wp_page's says so), no mmap_lock event is hooked: dup_mmap,
     // or its calls around the write-locked span where it is inlined, bracket the copy.
     let wp = report["sources"]["cow_fault_time"].as_str().unwrap_or("");
@@ -579,6 +608,21 @@ fn record_report() -> Result<String, String> {
 }
 
 /// Polls `path` until it holds `text`, for at most TIMEOUT.
+/// The child's exit status, or None when it has not exited within TIMEOUT (it is killed then).
+fn wait_or_kill(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < TIMEOUT {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+            Err(_) => return None,
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
 fn wait_for_text(path: &str, text: &str) -> Result<(), String> {
     let start = Instant::now();
     loop {
@@ -619,21 +663,39 @@ fn cgroup_scope() -> Result<String, String> {
         .stderr(log)
         .spawn()
         .map_err(|e| format!("cannot start forkprof record: {e}"))?;
+    // SIGINT, and SIGKILL if it has not exited within TIMEOUT: a check never hangs the boot.
     let stop = |rec: &mut std::process::Child| {
         // SAFETY: kill has no memory preconditions; the pid is our own child's.
         unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-        rec.wait().ok().and_then(|st| st.code())
+        let code = wait_or_kill(rec).and_then(|st| st.code());
+        if code.is_none() {
+            let said = std::fs::read_to_string(err).unwrap_or_default();
+            println!(
+                "VMINFO forkprof record did not exit on SIGINT: {}",
+                clip(&said, 1500)
+            );
+        }
+        code
     };
     if let Err(e) = wait_for_text(err, "forkprof: recording") {
         stop(&mut rec);
         return Err(e);
     }
     let idle = forkprof_tests::attached_tracepoints(rec.id());
-    // No hot tracepoint while the group is empty; once it has a process, at least the two
-    // that every kernel uses (page_fault_user and the mmap_lock pair only where fentry on
-    // do_wp_page and dup_mmap's calls is refused, which these kernels allow).
+    let idle_trampolines = forkprof_tests::attached_trampolines(rec.id());
+    // No hot hook while the group is empty: no hot tracepoint, and no fentry or fexit but
+    // the one non-hot job's (begin_new_exec, before 6.10). Once it has a process, the
+    // syscalls job's hooks: its fentry/fexit on the syscall functions where trampolines
+    // attach (these kernels), else sys_enter and sys_exit. page_fault_user and the mmap_lock
+    // pair attach only where fentry on do_wp_page and dup_mmap's calls is refused.
     let hot = forkprof_tests::HOT_TRACEPOINTS;
     let always = ["sys_enter", "sys_exit"];
+    if idle_trampolines > 1 {
+        stop(&mut rec);
+        return Err(format!(
+            "{idle_trampolines} fentry/fexit links while the group was empty (want at most 1)"
+        ));
+    }
     if idle.is_empty() || hot.iter().any(|h| idle.iter().any(|t| t == h)) {
         stop(&mut rec);
         return Err(format!("attached while the group was empty: {idle:?}"));
@@ -654,14 +716,20 @@ fn cgroup_scope() -> Result<String, String> {
     };
     let armed = wait_for_text(err, "hooks are attached now");
     let attached = forkprof_tests::attached_tracepoints(rec.id());
+    let armed_trampolines = forkprof_tests::attached_trampolines(rec.id());
     let _ = shell.stdin.take().map(|mut i| writeln!(i, "go"));
-    let shell_ok = shell.wait().is_ok_and(|st| st.success());
+    let shell_ok = wait_or_kill(&mut shell).is_some_and(|st| st.success());
     let outside = exec(&[WORKLOAD, "spawn", "fork", "5", DYN]);
     let code = stop(&mut rec);
     armed?;
-    if !always.iter().all(|h| attached.iter().any(|t| t == h)) {
+    let tracepoints = always.iter().all(|h| attached.iter().any(|t| t == h));
+    let functions = armed_trampolines >= idle_trampolines + SYSCALL_FUNCTION_HOOKS;
+    if tracepoints == functions {
         return Err(format!(
-            "not attached once the group had a process: {attached:?}"
+            "once the group had a process, want either sys_enter and sys_exit or \
+             {SYSCALL_FUNCTION_HOOKS} more fentry/fexit links, not {}: tracepoints \
+             {attached:?}, fentry/fexit links {idle_trampolines} -> {armed_trampolines}",
+            if tracepoints { "both" } else { "neither" }
         ));
     }
     if !shell_ok || outside.code != Some(0) || code != Some(0) {
@@ -685,7 +753,9 @@ fn cgroup_scope() -> Result<String, String> {
     let _ = std::fs::remove_dir(group);
     if rows.as_array().map(Vec::len) == Some(1) && got == want {
         Ok(format!(
-            "idle: {} tracepoints, none hot; armed: {}; /fp.service: 11 processes, 11 execs measured",
+            "idle: {} tracepoints, none hot, {idle_trampolines} fentry/fexit; armed: {} \
+             tracepoints, {armed_trampolines} fentry/fexit; /fp.service: 11 processes, 11 \
+             execs measured",
             idle.len(),
             attached.len()
         ))

@@ -489,52 +489,58 @@ impl Loaded {
     /// For each phase, the hooks that measure it ("tp_btf sys_enter + tp_btf sys_exit"), or
     /// "not measured: <why>".
     pub fn sources(&self) -> PhaseMap<String> {
-        let mut parts: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
-        let mut notes: BTreeMap<Phase, Vec<&'static str>> = BTreeMap::new();
-        let mut missing: BTreeMap<Phase, String> = BTreeMap::new();
-        for js in &self.jobs {
-            for &phase in js.job.feeds {
-                match js.used {
-                    Some(i) if js.job.sources[i].lacks.contains(&phase) => {
-                        missing
-                            .entry(phase)
-                            .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
+        phase_sources(&self.jobs)
+    }
+}
+
+/// For each phase, the hooks of the sources `jobs` used that measure it, or "not measured:
+/// <why>".
+fn phase_sources(jobs: &[JobStatus]) -> PhaseMap<String> {
+    let mut parts: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
+    let mut notes: BTreeMap<Phase, Vec<&'static str>> = BTreeMap::new();
+    let mut missing: BTreeMap<Phase, String> = BTreeMap::new();
+    for js in jobs {
+        for &phase in js.job.feeds {
+            match js.used {
+                Some(i) if js.job.sources[i].lacks.contains(&phase) => {
+                    missing
+                        .entry(phase)
+                        .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
+                }
+                Some(i) => {
+                    let source = &js.job.sources[i];
+                    let entry = parts.entry(phase).or_default();
+                    match source.label {
+                        Some(label) => entry.push(label.to_string()),
+                        None => entry.extend(source.hooks.iter().map(|h| h.target.label())),
                     }
-                    Some(i) => {
-                        let source = &js.job.sources[i];
-                        let entry = parts.entry(phase).or_default();
-                        match source.label {
-                            Some(label) => entry.push(label.to_string()),
-                            None => entry.extend(source.hooks.iter().map(|h| h.target.label())),
-                        }
-                        if let Some(note) = source.note {
-                            notes.entry(phase).or_default().push(note);
-                        }
+                    if let Some(note) = source.note {
+                        notes.entry(phase).or_default().push(note);
                     }
-                    None => {
-                        missing
-                            .entry(phase)
-                            .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
-                    }
+                }
+                None => {
+                    missing
+                        .entry(phase)
+                        .or_insert_with(|| format!("not measured: {}", js.errors.join("; ")));
                 }
             }
         }
-        let mut out: BTreeMap<Phase, String> = parts
-            .into_iter()
-            .map(|(phase, mut labels)| {
-                labels.dedup();
-                let mut text = labels.join(" + ");
-                for note in notes.get(&phase).into_iter().flatten() {
-                    text.push_str(&format!(" ({note})"));
-                }
-                (phase, text)
-            })
-            .collect();
-        // A phase is only as good as its weakest job: one missing job makes it unmeasured.
-        out.extend(missing);
-        out.insert(Phase::SpawnCost, Phase::spawn_cost_source());
-        out.into_iter().collect()
     }
+    let mut out: BTreeMap<Phase, String> = parts
+        .into_iter()
+        .map(|(phase, mut labels)| {
+            labels.dedup();
+            let mut text = labels.join(" + ");
+            for note in notes.get(&phase).into_iter().flatten() {
+                text.push_str(&format!(" ({note})"));
+            }
+            (phase, text)
+        })
+        .collect();
+    // A phase is only as good as its weakest job: one missing job makes it unmeasured.
+    out.extend(missing);
+    out.insert(Phase::SpawnCost, Phase::spawn_cost_source());
+    out.into_iter().collect()
 }
 
 /// Linux capability numbers.
@@ -1134,6 +1140,47 @@ mod tests {
         // A prototype nobody wrote a program for matches nothing: never a guessed slot.
         let odd: &[(&str, &[Param])] = &[("sched_process_exit", &[Int(4)])];
         assert!(matching("exit", odd).is_empty());
+    }
+
+    #[test]
+    fn deferred_syscall_entries_attach_last() {
+        let syscalls = JOBS.iter().find(|j| j.name == "syscalls").unwrap();
+        let mut hooks: Vec<&Hook> = syscalls.sources.iter().flat_map(|s| s.hooks).collect();
+        hooks.sort_by_key(|h| opens_windows(h));
+        let first_entry = hooks.iter().position(|h| opens_windows(h)).unwrap();
+        // Every entry comes after every return, schedule_tail's and sys_exit included.
+        for h in &hooks[..first_entry] {
+            assert!(
+                matches!(h.target, Target::FExit(_)) || h.program == "forkprof_sys_exit",
+                "{}",
+                h.program
+            );
+        }
+        for h in &hooks[first_entry..] {
+            assert!(
+                matches!(h.target, Target::FEntry(_)) || h.program == "forkprof_sys_enter",
+                "{}",
+                h.program
+            );
+        }
+    }
+
+    #[test]
+    fn a_many_hook_source_names_itself_by_its_label() {
+        let job = JOBS.iter().find(|j| j.name == "syscalls").unwrap();
+        let fork_source = |used| {
+            let status = JobStatus {
+                job,
+                used: Some(used),
+                errors: Vec::new(),
+            };
+            phase_sources(&[status]).get(Phase::Fork).unwrap().clone()
+        };
+        assert_eq!(
+            fork_source(0),
+            "fentry/fexit __x64_sys_* + fexit schedule_tail"
+        );
+        assert_eq!(fork_source(1), "tp_btf sys_enter + tp_btf sys_exit");
     }
 
     #[test]

@@ -422,6 +422,32 @@ fn lineage(report: &Value) -> Result<String, String> {
     ))
 }
 
+/// Two exec attempts that fail (ENOENT), each in a child of sh: both counted, timed, and
+/// listed by path, which is read from the caller's memory at the syscall's return (sys_exit,
+/// or fexit on the syscall function where trampolines attach).
+fn failed_exec() -> Result<String, String> {
+    const PATHS: [&str; 2] = ["/fp/no-such-a", "/fp/no-such-b"];
+    let script = format!("{}; {}; true", PATHS[0], PATHS[1]);
+    let report = run_report(&["/bin/sh", "-c", &script], "/tmp/failed.json")?;
+    let failed = report["summary"]["failed_execs"].as_u64();
+    let rows = report["groups"]["binary"]
+        .as_array()
+        .ok_or("no binary rows")?;
+    let mut listed: Vec<&str> = rows
+        .iter()
+        .filter_map(|r| r["failed_exec_paths"].as_object())
+        .flat_map(|paths| paths.keys().map(String::as_str))
+        .collect();
+    listed.sort_unstable();
+    let timed = report["phases"]["exec_failed"]["count"].as_u64();
+    let detail = format!("failed_execs {failed:?}, exec_failed count {timed:?}, paths {listed:?}");
+    if failed == Some(2) && listed == PATHS && timed.is_some_and(|n| n >= 1) {
+        Ok(detail)
+    } else {
+        Err(format!("want 2 failures of {PATHS:?}, timed; {detail}"))
+    }
+}
+
 fn exit_codes() -> Result<String, String> {
     let cases: [(&[&str], i32); 3] = [
         (&[WORKLOAD, "exit", "3"], 3),
@@ -810,6 +836,7 @@ fn guest() -> i32 {
         }
     }
     t.check("exit-codes", exit_codes());
+    t.check("failed-exec", failed_exec());
     t.check("static-start", static_start());
     t.check("cow", cow(&[]));
     t.check("pagetable-copy", pagetable_copy(&[]));

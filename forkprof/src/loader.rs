@@ -868,7 +868,8 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
 /// A syscall-entry hook of the syscalls job: where a fork's or an exec's window opens.
 fn opens_windows(h: &Hook) -> bool {
     h.program == "forkprof_sys_enter"
-        || (h.target.kind() == "fentry" && SYSCALL_FUNCTIONS.iter().any(|s| s.program == h.program))
+        || (matches!(h.target, Target::FEntry(_))
+            && SYSCALL_FUNCTIONS.iter().any(|s| s.program == h.program))
 }
 
 /// Attaches the hooks that `load` deferred, in order, and empties the list. On an error the

@@ -3,7 +3,8 @@
 //!
 //!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | fork-spin | fork-held | vfork |
 //!                                  posix_spawn | posix_spawn-raw | thread; children _exit(0)
-//!                                  at once (fork-spin: after spinning `SPIN`; fork-held: once
+//!                                  at once (fork-spin: a bare fork syscall whose child
+//!                                  reads the clock first and spins `SPIN_NS`; fork-held: once
 //!                                  the parent has read its clock, blocked on a pipe until
 //!                                  then, so that no teardown of the child falls in the
 //!                                  parent's timing), or exec PROGRAM (posix_spawn and
@@ -13,7 +14,8 @@
 //!                                  and munmap of the child's stack and its signal masks.
 //!                                  With FP_RSS_MIB=N the parent first touches N MiB.
 //!                                  Prints the mean call time and each call's `[pid, ns]`
-//!                                  (pid 0 for a thread).
+//!                                  (pid 0 for a thread); fork-spin also each child's own
+//!                                  time from its first clock read to its last (`spun`).
 //!   mix COUNT PROGRAM              COUNT children each by fork, vfork and posix_spawn, in
 //!                                  that order, each exec'ing PROGRAM and waited for
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
@@ -138,6 +140,47 @@ fn fork_raw(count: u32) -> Vec<(libc::pid_t, u64)> {
     times
 }
 
+/// fork(2) as a bare syscall whose child's first instruction after it is a bare
+/// clock_gettime(CLOCK_MONOTONIC) syscall, so that the child's own timing starts as close to
+/// its return from the fork as user space can: only the fault-in of this code's page comes
+/// before (the clock syscall's write to the stack faults after the clock is read). Returns the
+/// pid, and in the child that clock (ns). glibc's fork() would run its child path first: some
+/// 20 page faults here, before the child could read a clock.
+fn fork_clocked() -> (libc::pid_t, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let pid: i64;
+    // SAFETY: fork and clock_gettime as bare syscalls; the child writes only `ts`, its own
+    // copy of this frame, and then runs as after libc's fork() in a one-thread process.
+    unsafe {
+        std::arch::asm!(
+            "mov eax, 57",
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov eax, 228",
+            "mov edi, 1",
+            "mov rsi, rdx",
+            "syscall",
+            "xor eax, eax",
+            "2:",
+            in("rdx") &mut ts as *mut libc::timespec,
+            lateout("rax") pid,
+            out("rcx") _,
+            out("r11") _,
+            out("rdi") _,
+            out("rsi") _,
+        );
+    }
+    if pid < 0 {
+        die("fork failed");
+    }
+    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    (pid as libc::pid_t, ns)
+}
+
 /// What the child of `posix_spawn_raw` execs.
 struct SpawnArgs {
     path: *const libc::c_char,
@@ -193,12 +236,72 @@ fn posix_spawn_raw(
     times
 }
 
-/// How long a `fork-spin` child spins before it exits.
-const SPIN: std::time::Duration = std::time::Duration::from_millis(2);
+/// How long a `fork-spin` child spins before it exits (ns).
+const SPIN_NS: u64 = 2_000_000;
 
-/// Spawns `count` children with `method`; returns each child's pid (0 for a thread) and the
-/// parent's own time for its spawn call (ns).
-fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u64)> {
+/// CLOCK_MONOTONIC in ns, from the vDSO: no syscall.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One u64 per child, shared with the children (MAP_SHARED), zeroed.
+struct Shared {
+    ptr: *mut u64,
+    len: usize,
+}
+
+impl Shared {
+    fn new(len: usize) -> Self {
+        let bytes = (len.max(1) * 8).next_multiple_of(4096);
+        // SAFETY: a fresh anonymous mapping.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            die("mmap failed");
+        }
+        Self {
+            ptr: ptr.cast(),
+            len,
+        }
+    }
+
+    fn set(&self, i: usize, v: u64) {
+        assert!(i < self.len);
+        // SAFETY: in bounds of the mapping; each child writes only its own slot.
+        unsafe { self.ptr.add(i).write_volatile(v) }
+    }
+
+    fn get(&self, i: usize) -> u64 {
+        assert!(i < self.len);
+        // SAFETY: in bounds; the child that wrote it has been waited for.
+        unsafe { self.ptr.add(i).read_volatile() }
+    }
+}
+
+/// What `spawn` measured: each child's pid (0 for a thread) and the parent's own time for its
+/// spawn call (ns); for fork-spin, each child's own time from its first clock read to its last.
+struct Spawned {
+    calls: Vec<(libc::pid_t, u64)>,
+    spun: Vec<u64>,
+}
+
+/// Spawns `count` children with `method`.
+fn spawn(method: &str, count: u32, program: Option<&str>) -> Spawned {
+    let spun = (method == "fork-spin").then(|| Shared::new(count as usize));
     let prog = program.map(cstring);
     let argv: Vec<*const libc::c_char> = match &prog {
         Some(p) => vec![p.as_ptr(), std::ptr::null()],
@@ -206,16 +309,22 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u
     };
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     if method == "fork-raw" {
-        return fork_raw(count);
+        return Spawned {
+            calls: fork_raw(count),
+            spun: Vec::new(),
+        };
     }
     if method == "posix_spawn-raw" {
         let p = prog
             .as_ref()
             .unwrap_or_else(|| die("posix_spawn-raw needs a PROGRAM"));
-        return posix_spawn_raw(count, p, &argv, &envp);
+        return Spawned {
+            calls: posix_spawn_raw(count, p, &argv, &envp),
+            spun: Vec::new(),
+        };
     }
     let mut times = Vec::with_capacity(count as usize);
-    for _ in 0..count {
+    for i in 0..count as usize {
         // fork-held: the child waits for a byte on this pipe, sent once the parent has read
         // its clock.
         let mut hold = [-1; 2];
@@ -226,7 +335,24 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u
         let t0 = Instant::now();
         let pid = match method {
             // SAFETY: the child only calls async-signal-safe read/execve/_exit.
-            "fork" | "fork-spin" | "fork-held" => unsafe { libc::fork() },
+            "fork" | "fork-held" => unsafe { libc::fork() },
+            "fork-spin" => {
+                let (pid, t) = fork_clocked();
+                if pid == 0 {
+                    // The child's own work before it exits: reads of the vDSO clock.
+                    // Its slot is written once first, so that its page fault is in the spin.
+                    let spun = spun.as_ref().unwrap_or_else(|| die("no slots"));
+                    spun.set(i, 0);
+                    let mut now = t;
+                    while now - t < SPIN_NS {
+                        now = monotonic_ns();
+                    }
+                    spun.set(i, now - t);
+                    // SAFETY: in the child: exit at once.
+                    unsafe { libc::_exit(0) };
+                }
+                pid
+            }
             // SAFETY: see `vfork_exec`.
             "vfork" => unsafe {
                 vfork_exec(
@@ -266,11 +392,6 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u
             other => die(&format!("unknown method {other}")),
         };
         if pid == 0 {
-            if method == "fork-spin" {
-                // The child's own work before it exits: reads of the vDSO clock, no syscalls.
-                let t = Instant::now();
-                while t.elapsed() < SPIN {}
-            }
             if method == "fork-held" {
                 let mut b = 0u8;
                 // SAFETY: in the child: a read into a local, async-signal-safe.
@@ -298,7 +419,10 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Vec<(libc::pid_t, u
         }
         wait_child(pid);
     }
-    times
+    let spun = spun.map_or(Vec::new(), |spun| {
+        (0..count as usize).map(|i| spun.get(i)).collect()
+    });
+    Spawned { calls: times, spun }
 }
 
 const PAGE: usize = 4096;
@@ -369,14 +493,21 @@ fn main() {
     match arg(0) {
         "spawn" => {
             let count: u32 = arg(2).parse().unwrap_or_else(|_| die("bad COUNT"));
-            let times = spawn(arg(1), count, args.get(3).map(String::as_str));
+            let Spawned { calls: times, spun } =
+                spawn(arg(1), count, args.get(3).map(String::as_str));
             let total: u64 = times.iter().map(|&(_, ns)| ns).sum();
             let calls: Vec<String> = times
                 .iter()
                 .map(|(pid, ns)| format!("[{pid},{ns}]"))
                 .collect();
+            let spun = if spun.is_empty() {
+                String::new()
+            } else {
+                let ns: Vec<String> = spun.iter().map(u64::to_string).collect();
+                format!(",\"spun\":[{}]", ns.join(","))
+            };
             println!(
-                "{{\"method\":\"{}\",\"count\":{},\"mean_call_ns\":{},\"calls\":[{}]}}",
+                "{{\"method\":\"{}\",\"count\":{},\"mean_call_ns\":{},\"calls\":[{}]{spun}}}",
                 arg(1),
                 count,
                 total / u64::from(count.max(1)),

@@ -34,6 +34,36 @@ pub mod nr {
     pub const CLONE3: i64 = 435;
 }
 
+/// The ia32 numbers of the syscalls forkprof follows, as a 32-bit process (or `int $0x80`)
+/// makes them: sys_enter and sys_exit see these, and most collide with x86-64 numbers of
+/// other syscalls (`EXECVE` is x86-64 munmap's 11). clone3 is 435 in both tables.
+pub mod nr_ia32 {
+    pub const FORK: i64 = 2;
+    pub const EXECVE: i64 = 11;
+    pub const CLONE: i64 = 120;
+    pub const VFORK: i64 = 190;
+    pub const EXIT_GROUP: i64 = 252;
+    pub const EXECVEAT: i64 = 358;
+
+    /// The x86-64 number of the same syscall, for the ones forkprof follows.
+    #[inline(always)]
+    pub fn to_x86_64(id: i64) -> Option<i64> {
+        Some(match id {
+            FORK => super::nr::FORK,
+            EXECVE => super::nr::EXECVE,
+            CLONE => super::nr::CLONE,
+            VFORK => super::nr::VFORK,
+            EXIT_GROUP => super::nr::EXIT_GROUP,
+            EXECVEAT => super::nr::EXECVEAT,
+            _ => return None,
+        })
+    }
+}
+
+/// x86 `thread_info.status` bit: the task is in an ia32 syscall (`in_ia32_syscall()`), or,
+/// from exec to its first return, its new image is 32-bit.
+pub const TS_COMPAT: u32 = 0x0002;
+
 /// clone(2) flags used to classify a spawn.
 pub mod clone_flags {
     pub const CLONE_VM: u64 = 0x0000_0100;
@@ -408,7 +438,8 @@ pub struct KernelLayout {
     /// `linux_binprm.filename`, `.argc`.
     pub bprm_filename: u32,
     pub bprm_argc: u32,
-    pub _pad: u32,
+    /// `task_struct.thread_info.status` (x86), which holds `TS_COMPAT`.
+    pub task_thread_status: u32,
 }
 
 #[cfg(feature = "user")]

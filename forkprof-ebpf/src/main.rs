@@ -14,6 +14,7 @@ mod maps;
 mod probes;
 
 use forkprof_common::nr;
+use probes::syscalls::Abi;
 
 use aya_ebpf::{
     macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
@@ -65,12 +66,16 @@ macro_rules! syscall_entry {
 /// fexit on a syscall function: its argument, then its return value.
 macro_rules! syscall_return {
     ($program:ident, $function:tt, $nr:expr) => {
+        syscall_return!($program, $function, $nr, Abi::X64);
+    };
+    ($program:ident, $function:tt, $nr:expr, $abi:expr) => {
         #[fexit(function = $function)]
         pub fn $program(ctx: FExitContext) -> i32 {
             if maps::bench_empty() {
                 return 0;
             }
-            probes::syscalls::on_return_of(maps::BtfPtr::new(ctx.arg(0)), $nr, ctx.arg(1));
+            let regs = maps::BtfPtr::new(ctx.arg(0));
+            probes::syscalls::on_return_of(regs, $nr, ctx.arg(1), $abi);
             0
         }
     };
@@ -100,6 +105,55 @@ syscall_entry!(forkprof_mprotect_entry, "__x64_sys_mprotect", nr::MPROTECT);
 syscall_entry!(
     forkprof_exit_group_entry,
     "__x64_sys_exit_group",
+    nr::EXIT_GROUP
+);
+
+// A 32-bit process's syscalls go through the ia32 table's functions (fork and vfork through
+// the same `__do_sys_` functions as above). Its arguments are in other registers; the number
+// passed is the x86-64 one, with the ABI.
+syscall_entry!(
+    forkprof_ia32_clone_entry,
+    "__ia32_compat_sys_ia32_clone",
+    nr::CLONE
+);
+syscall_return!(
+    forkprof_ia32_clone_return,
+    "__ia32_compat_sys_ia32_clone",
+    nr::CLONE,
+    Abi::Ia32
+);
+syscall_entry!(forkprof_ia32_clone3_entry, "__ia32_sys_clone3", nr::CLONE3);
+syscall_return!(
+    forkprof_ia32_clone3_return,
+    "__ia32_sys_clone3",
+    nr::CLONE3,
+    Abi::Ia32
+);
+syscall_entry!(
+    forkprof_ia32_execve_entry,
+    "__ia32_compat_sys_execve",
+    nr::EXECVE
+);
+syscall_return!(
+    forkprof_ia32_execve_return,
+    "__ia32_compat_sys_execve",
+    nr::EXECVE,
+    Abi::Ia32
+);
+syscall_entry!(
+    forkprof_ia32_execveat_entry,
+    "__ia32_compat_sys_execveat",
+    nr::EXECVEAT
+);
+syscall_return!(
+    forkprof_ia32_execveat_return,
+    "__ia32_compat_sys_execveat",
+    nr::EXECVEAT,
+    Abi::Ia32
+);
+syscall_entry!(
+    forkprof_ia32_exit_group_entry,
+    "__ia32_sys_exit_group",
     nr::EXIT_GROUP
 );
 

@@ -7,7 +7,8 @@ use aya_ebpf::{
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
 use forkprof_common::{
-    ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader, active, stat,
+    ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader, TS_COMPAT, active,
+    stat,
 };
 
 /// Records to the agent, one per lifecycle milestone.
@@ -117,7 +118,7 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     mm_arg_end: 0,
     bprm_filename: 0,
     bprm_argc: 0,
-    _pad: 0,
+    task_thread_status: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -235,6 +236,15 @@ pub fn store<T>(dst: &mut T, value: T) {
 pub fn current_ids() -> (u32, u32) {
     let id = bpf_get_current_pid_tgid();
     ((id >> 32) as u32, id as u32)
+}
+
+/// Whether the current task is in an ia32 syscall (the kernel's `in_ia32_syscall()`): a
+/// 32-bit process's, or `int $0x80` from 64-bit code. From a successful exec until its first
+/// return, whether the new image is 32-bit: the exec sets or clears the bit for the image it
+/// loaded.
+#[inline(always)]
+pub fn in_compat_syscall() -> bool {
+    BtfPtr::current_task().u32_at(layout().task_thread_status) & TS_COMPAT != 0
 }
 
 #[inline(always)]
@@ -616,6 +626,8 @@ pub fn put_comm(field: &mut [u8; 16], comm: [u64; 2]) {
 
 /// x86_64 `struct pt_regs` offsets (stable ABI).
 pub mod regs {
+    pub const BX: u32 = 40;
+    pub const CX: u32 = 88;
     pub const DX: u32 = 96;
     pub const SI: u32 = 104;
     pub const DI: u32 = 112;

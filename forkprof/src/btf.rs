@@ -272,6 +272,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
     info.layout.mm_arg_end = member("mm_struct", "arg_end")?;
     info.layout.bprm_filename = member("linux_binprm", "filename")?;
     info.layout.bprm_argc = member("linux_binprm", "argc")?;
+    info.layout.task_thread_status = field("thread_info")? + member("thread_info", "status")?;
     let live = btf
         .struct_id("signal_struct")
         .and_then(|s| btf.member_offset(s, "live"));
@@ -309,13 +310,14 @@ mod tests {
     use super::*;
 
     /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
-    /// struct signal_struct *signal; int comm; int start_time; int mm; }` (the real types
+    /// struct signal_struct *signal; int comm; int start_time; int mm; struct thread_info
+    /// thread_info; }`, `struct thread_info { int flags; int status; }` (the real types
     /// differ; only the offsets matter here), `struct mm_struct { int x; int arg_start; int
     /// arg_end; }`, `struct linux_binprm { int filename; int argc; }`, `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0linux_binprm\0filename\0argc\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0linux_binprm\0filename\0argc\0thread_info\0flags\0status\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -331,7 +333,7 @@ mod tests {
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 7, 48]);
+        push(&[s("task_struct"), (4 << 24) | 8, 56]);
         push(&[
             s("pid"),
             1,
@@ -354,6 +356,9 @@ mod tests {
             s("mm"),
             1,
             320,
+            s("thread_info"),
+            14,
+            384,
         ]);
         // 4: struct signal_struct { int x; int live; }
         push(&[s("signal_struct"), (4 << 24) | 2, 8]);
@@ -381,6 +386,9 @@ mod tests {
         // 13: struct linux_binprm { int filename; int argc; }
         push(&[s("linux_binprm"), (4 << 24) | 2, 8]);
         push(&[s("filename"), 1, 0, s("argc"), 1, 32]);
+        // 14: struct thread_info { int flags; int status; }
+        push(&[s("thread_info"), (4 << 24) | 2, 8]);
+        push(&[s("flags"), 1, 0, s("status"), 1, 32]);
         let mut out = Vec::new();
         out.extend_from_slice(&BTF_MAGIC.to_le_bytes());
         out.extend_from_slice(&[1, 0]);
@@ -407,6 +415,7 @@ mod tests {
         assert_eq!((l.task_comm, l.task_start_time, l.task_mm), (24, 32, 40));
         assert_eq!((l.mm_arg_start, l.mm_arg_end), (4, 8));
         assert_eq!((l.bprm_filename, l.bprm_argc), (0, 4));
+        assert_eq!(l.task_thread_status, 52);
         assert!(info.signal_live_missing.is_none());
     }
 

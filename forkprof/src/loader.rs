@@ -87,6 +87,9 @@ impl Target {
 pub struct Hook {
     pub program: &'static str,
     pub target: Target,
+    /// Its source works without it: a kernel without it lacks something its source can do
+    /// without (the ia32 syscalls of a kernel without `CONFIG_IA32_EMULATION`).
+    pub optional: bool,
 }
 
 /// A set of hooks that together measure a job's phases, and what to say about it.
@@ -118,7 +121,20 @@ pub struct Job {
 }
 
 const fn hook(program: &'static str, target: Target) -> Hook {
-    Hook { program, target }
+    Hook {
+        program,
+        target,
+        optional: false,
+    }
+}
+
+/// A hook its source can do without (`Hook::optional`).
+const fn optional(program: &'static str, target: Target) -> Hook {
+    Hook {
+        program,
+        target,
+        optional: true,
+    }
 }
 
 const fn one(hooks: &'static [Hook]) -> Source {
@@ -171,6 +187,44 @@ const SYSCALL_FUNCTIONS: &[Hook] = &[
         Target::FEntry("__x64_sys_exit_group"),
     ),
     hook("forkprof_first_return", Target::FExit("schedule_tail")),
+    // A 32-bit process's syscalls (fork and vfork: the `__do_sys_` functions above). A
+    // kernel without CONFIG_IA32_EMULATION has none of these, and runs no 32-bit process.
+    optional(
+        "forkprof_ia32_clone_entry",
+        Target::FEntry("__ia32_compat_sys_ia32_clone"),
+    ),
+    optional(
+        "forkprof_ia32_clone_return",
+        Target::FExit("__ia32_compat_sys_ia32_clone"),
+    ),
+    optional(
+        "forkprof_ia32_clone3_entry",
+        Target::FEntry("__ia32_sys_clone3"),
+    ),
+    optional(
+        "forkprof_ia32_clone3_return",
+        Target::FExit("__ia32_sys_clone3"),
+    ),
+    optional(
+        "forkprof_ia32_execve_entry",
+        Target::FEntry("__ia32_compat_sys_execve"),
+    ),
+    optional(
+        "forkprof_ia32_execve_return",
+        Target::FExit("__ia32_compat_sys_execve"),
+    ),
+    optional(
+        "forkprof_ia32_execveat_entry",
+        Target::FEntry("__ia32_compat_sys_execveat"),
+    ),
+    optional(
+        "forkprof_ia32_execveat_return",
+        Target::FExit("__ia32_compat_sys_execveat"),
+    ),
+    optional(
+        "forkprof_ia32_exit_group_entry",
+        Target::FEntry("__ia32_sys_exit_group"),
+    ),
 ];
 
 pub const JOBS: &[Job] = &[
@@ -804,7 +858,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 let failure = result
                     .err()
                     .map(|e| capabilities::explain_failure(h.target.kind(), &format!("{e:#}")));
-                if let Some((full, hint)) = &failure {
+                if let Some((full, hint)) = failure.as_ref().filter(|_| !h.optional) {
                     // One short reason per source is enough for the phase's "not measured";
                     // doctor prints the whole chain.
                     if ok {
@@ -819,6 +873,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 }
                 let error = failure.map(|(full, _)| full);
                 let state = match (&error, defer) {
+                    (Some(_), _) if h.optional => "failed (optional)",
                     (Some(_), _) => "failed",
                     (None, true) => {
                         source_deferred.push(h);

@@ -575,3 +575,118 @@ pub const HOT_TRACEPOINTS: &[&str] = &[
     "mmap_lock_acquire_returned",
     "mmap_lock_released",
 ];
+
+/// The path a `spawn32` fixture's last child fails to exec (tests/fixtures/spawn32.c).
+pub const SPAWN32_MISSING: &str = "/nonexistent/fp-spawn32";
+
+/// Builds tests/fixtures/spawn32.c, a 32-bit process that spawns through the ia32 syscall
+/// table only, into `out` (gcc -m32 without a libc: any gcc with 32-bit code generation).
+pub fn build_spawn32(out: &Path) -> Result<(), String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/spawn32.c");
+    let built = Command::new("gcc")
+        .args([
+            "-m32",
+            "-O1",
+            "-static",
+            "-nostdlib",
+            "-fno-pic",
+            "-fno-stack-protector",
+            "-o",
+        ])
+        .arg(out)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("gcc: {e}"))?;
+    if built.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "gcc -m32 {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&built.stderr)
+        ))
+    }
+}
+
+/// Checks forkprof's report of one run of the `spawn32` fixture at `path`: its four children,
+/// made by ia32 fork, clone(SIGCHLD), vfork and fork, each with its parent, method and fork
+/// time; three exec `true` (/bin/true, 64-bit), and the last fails to exec `SPAWN32_MISSING`
+/// (ENOENT, timed as exec_failed, its path read from the 32-bit caller) and exits 127.
+/// Returns a one-line summary, or what is wrong.
+pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let parent = procs
+        .iter()
+        .find(|p| p["binary"] == path)
+        .ok_or_else(|| format!("no process of {path}"))?;
+    let kids: Vec<&Value> = procs
+        .iter()
+        .filter(|p| p["parent_pid"] == parent["pid"])
+        .collect();
+    let summary: Vec<String> = kids
+        .iter()
+        .map(|p| {
+            let execs: Vec<String> = p["execs"]
+                .as_array()
+                .map(|e| {
+                    e.iter()
+                        .map(|x| format!("{} errno {}", x["path"], x["errno"]))
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!(
+                "{} {} [{}] exit {} fork {}",
+                p["pid"],
+                p["method"],
+                execs.join(", "),
+                p["exit"]["code"],
+                p["phases"]["fork"]
+            )
+        })
+        .collect();
+    let detail = summary.join("; ");
+    let mut bad = Vec::new();
+    if kids.len() != 4 {
+        bad.push(format!("{} children of {path} (want 4)", kids.len()));
+    }
+    let methods: Vec<&str> = kids.iter().filter_map(|p| p["method"].as_str()).collect();
+    if methods != ["fork", "fork", "vfork", "fork"] {
+        bad.push(format!(
+            "methods {methods:?} (want fork, fork (clone), vfork, fork)"
+        ));
+    }
+    for (i, p) in kids.iter().enumerate() {
+        if !p["phases"]["fork"].as_f64().is_some_and(|ns| ns > 0.0) {
+            bad.push(format!("child {i}: no fork time"));
+        }
+        let execs = p["execs"].as_array().cloned().unwrap_or_default();
+        let want_fail = i == 3;
+        let ok = match execs.as_slice() {
+            [e] if want_fail => {
+                e["path"] == SPAWN32_MISSING
+                    && e["errno"] == 2
+                    && p["exit"]["code"] == 127
+                    && p["phases"]["exec_failed"]
+                        .as_f64()
+                        .is_some_and(|ns| ns > 0.0)
+            }
+            [e] => {
+                e["errno"] == 0
+                    && e["path"].as_str().is_some_and(|s| s.ends_with("/true"))
+                    && p["phases"]["exec"].as_f64().is_some_and(|ns| ns > 0.0)
+            }
+            _ => false,
+        };
+        if !ok {
+            bad.push(format!(
+                "child {i}: execs {execs:?}, phases {}",
+                p["phases"]
+            ));
+        }
+    }
+    if bad.is_empty() {
+        Ok(detail)
+    } else {
+        Err(format!("{}; {detail}", bad.join("; ")))
+    }
+}

@@ -121,6 +121,27 @@ fn threads_are_counted_apart() {
     assert_eq!(run.method("thread"), 0);
 }
 
+/// A 32-bit process makes its syscalls through the ia32 table, whose numbers collide with
+/// x86-64 ones (its execve is x86-64 munmap's 11, its setpgid x86-64 fork's 57). Its children,
+/// made by ia32 fork, clone and vfork, are followed with their methods and fork times, their
+/// execs timed, and a failed exec's path read from the 32-bit caller; its setpgid and
+/// sched_yield start nothing.
+#[test]
+fn a_32_bit_process_is_followed_through_the_ia32_syscalls() {
+    needs_root!();
+    let dir = tempdir();
+    let bin = dir.join("spawn32");
+    forkprof_tests::build_spawn32(&bin).unwrap();
+    let path = bin.to_str().unwrap();
+    let run = run_traced(&[path], |_| {});
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    match forkprof_tests::check_spawn32(&run.report, path) {
+        Ok(detail) => eprintln!("{detail}"),
+        Err(e) => panic!("{e}\nreport: {}", run.report["processes"]),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn execvp_path_search_is_one_finding_with_every_failed_attempt() {
     needs_root!();

@@ -364,6 +364,20 @@ fn build_initramfs(dir: &Path) -> Result<PathBuf> {
             dynamic.push(fp.join(name));
         }
     }
+    // A 32-bit process that spawns through the ia32 syscall table only (fp-vmcheck's ia32
+    // checks; the host test builds it the same way, `forkprof_tests::build_spawn32`).
+    run(Command::new("gcc")
+        .args([
+            "-m32",
+            "-O1",
+            "-static",
+            "-nostdlib",
+            "-fno-pic",
+            "-fno-stack-protector",
+            "-o",
+        ])
+        .arg(fp.join("spawn32"))
+        .arg(root().join("tests/fixtures/spawn32.c")))?;
     for bin in BINS {
         let src = root().join("target/debug").join(bin);
         // Without debug info: forkprof's is most of its size, and the guest never needs it.

@@ -18,10 +18,11 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use forkprof_common::{
-    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, active, kind, ld_state, nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, TS_COMPAT, active, kind, ld_state,
+    nr, stat,
 };
 
-use super::{dynlink, fork::close_child_run, mm::close_cow_window};
+use super::{dynlink, fork::close_child_run, mm::close_cow_window, syscalls::Abi};
 use crate::maps::{self, BtfPtr, EVENTS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
@@ -154,6 +155,28 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
     rec.argv_len = off.min(ARGV_LEN) as u32;
 }
 
+/// A failed attempt of a 32-bit process: its path, from the caller's memory. Its argv is an
+/// array of 32-bit pointers, which the 64-bit reader above does not follow: not read.
+#[inline(always)]
+fn write_caller_path_ia32(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
+    // ia32 execve(path, ..) in bx, execveat(dirfd, path, ..) in cx.
+    let path = if id == nr::EXECVE {
+        regs.u64_at(regs::BX)
+    } else {
+        regs.u64_at(regs::CX)
+    } as *const u8;
+    // SAFETY: as in `write_caller_args`.
+    unsafe {
+        generated::bpf_probe_read_user_str(
+            rec.path.as_mut_ptr().cast(),
+            rec.path.len() as u32,
+            path.cast(),
+        )
+    };
+    rec.argc = 0;
+    rec.argv_len = 0;
+}
+
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
 /// One user read of the whole block: a pointer at a time only when the block crosses into
 /// an unmapped page.
@@ -217,11 +240,17 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     let end = maps::now();
     ps.exec_loaded_at = end;
     finish(ps, end, 0, ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))));
+    // A 32-bit image: its dynamic linker is i386 ld.so, whose syscalls the window's state
+    // machine does not read (it sets TLS with set_thread_area, not arch_prctl).
+    // From exec to its first return, the task's compat status is the new image's.
+    if task.u32_at(maps::layout().task_thread_status) & TS_COMPAT != 0 {
+        dynlink::abandon(ps);
+    }
 }
 
 /// The exec syscall returns. A successful attempt has ended at sched_process_exec already,
 /// so only failures are left here (and a success whose sched_process_exec was not seen).
-pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
+pub fn on_exit(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
     if maps::active(active::EXECS) == 0 {
         return;
     }
@@ -238,7 +267,7 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
     // path and argv are read there. After it (the new image could not be set up, and the
     // process dies of SIGSEGV) that memory is gone, and there is nothing to read.
     let args = if ret != 0 && ps.exec_loaded_at == 0 && ps.exec_prepared_at == 0 {
-        ArgsFrom::Caller(regs, id)
+        ArgsFrom::Caller(regs, id, abi)
     } else {
         ArgsFrom::Nowhere
     };
@@ -250,8 +279,8 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64) {
 enum ArgsFrom {
     /// The kernel's copies: sched_process_exec's task (the current one) and `linux_binprm`.
     Image(BtfPtr, BtfPtr),
-    /// The caller's memory: sys_exit's `pt_regs` and the syscall number.
-    Caller(BtfPtr, i64),
+    /// The caller's memory: sys_exit's `pt_regs`, the syscall number and its ABI.
+    Caller(BtfPtr, i64, Abi),
     /// Nowhere: the record has no path and no argv.
     Nowhere,
 }
@@ -315,7 +344,8 @@ fn finish(ps: &mut ProcState, end: u64, errno: i32, args: ArgsFrom) {
     rec._pad = 0;
     match args {
         ArgsFrom::Image(task, bprm) => write_image_args(rec, task, bprm),
-        ArgsFrom::Caller(regs, id) => write_caller_args(rec, regs, id),
+        ArgsFrom::Caller(regs, id, Abi::X64) => write_caller_args(rec, regs, id),
+        ArgsFrom::Caller(regs, id, Abi::Ia32) => write_caller_path_ia32(rec, regs, id),
         ArgsFrom::Nowhere => {
             rec.argc = 0;
             rec.path[0] = 0;

@@ -4,18 +4,67 @@
 //! syscall functions forkprof needs take their place (`on_enter_of`, `on_return_of`): they
 //! fire only for those syscalls, and no task's syscalls take the tracepoints' slow path.
 use aya_ebpf::programs::BtfTracePointContext;
-use forkprof_common::{active, nr};
+use forkprof_common::{active, nr, nr_ia32};
 
 use super::{dynlink, exec, exit, fork};
 use crate::maps::{self, BtfPtr, regs};
 
-#[inline(always)]
-pub fn on_enter(ctx: &BtfTracePointContext) {
-    on_enter_of(BtfPtr::new(ctx.arg(0)), ctx.arg(1));
+/// The calling convention of a syscall: which table its number is from, and where its
+/// arguments are (x86-64: di, si, dx; ia32: bx, cx, dx).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Abi {
+    X64,
+    Ia32,
 }
 
-/// A syscall's entry: from sys_enter, or from fentry on its syscall function, which passes
-/// its number as a constant (the other branches then compile away).
+/// A syscall number as sys_enter and sys_exit see it, in the x86-64 table, with its ABI; None
+/// for one forkprof does not follow. A number that names a followed syscall in either table
+/// (x86-64 fork is ia32 setpgid; ia32 execve is x86-64 munmap) costs a read of the task's
+/// compat status; every other number passes as it is, as x86-64's. The dynamic-linker
+/// syscalls need no check: only a 64-bit image has a dynamic-linker window, so an ia32
+/// syscall with one of their numbers finds no window to move.
+#[inline(always)]
+fn as_x86_64(id: i64) -> Option<(i64, Abi)> {
+    match id {
+        nr::CLONE
+        | nr::FORK
+        | nr::VFORK
+        | nr::EXECVE
+        | nr::EXIT_GROUP
+        | nr::EXECVEAT
+        | nr::CLONE3
+        | nr_ia32::FORK
+        | nr_ia32::EXECVE
+        | nr_ia32::CLONE
+        | nr_ia32::VFORK
+        | nr_ia32::EXIT_GROUP
+        | nr_ia32::EXECVEAT => {
+            if maps::in_compat_syscall() {
+                // clone3 is 435 in both tables.
+                let id = if id == nr::CLONE3 {
+                    Some(id)
+                } else {
+                    nr_ia32::to_x86_64(id)
+                };
+                id.map(|id| (id, Abi::Ia32))
+            } else {
+                Some((id, Abi::X64))
+            }
+        }
+        _ => Some((id, Abi::X64)),
+    }
+}
+
+#[inline(always)]
+pub fn on_enter(ctx: &BtfTracePointContext) {
+    if let Some((id, _)) = as_x86_64(ctx.arg(1)) {
+        on_enter_of(BtfPtr::new(ctx.arg(0)), id);
+    }
+}
+
+/// A syscall's entry (in the x86-64 table, whatever its ABI: no entry reads an argument that
+/// the ABI moves): from sys_enter, or from fentry on its syscall function, which passes its
+/// number as a constant (the other branches then compile away).
 #[inline(always)]
 pub fn on_enter_of(regs: BtfPtr, id: i64) {
     match id {
@@ -41,12 +90,14 @@ pub fn on_exit(ctx: &BtfTracePointContext) {
         return;
     }
     let regs = BtfPtr::new(ctx.arg(0));
-    let id = regs.u64_at(regs::ORIG_AX) as i64;
+    let Some((id, abi)) = as_x86_64(regs.u64_at(regs::ORIG_AX) as i64) else {
+        return;
+    };
     let ret: i64 = ctx.arg(1);
     match id {
         // 0: the new task's first return; the parent gets the child's pid or an error.
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if ret == 0 => fork::on_child_return(),
-        _ => on_return_of(regs, id, ret),
+        _ => on_return_of(regs, id, ret, abi),
     }
 }
 
@@ -58,15 +109,15 @@ fn any_window() -> bool {
 }
 
 /// The return of a fork-family syscall to its caller, or of an exec attempt: from sys_exit,
-/// or from fexit on its syscall function (a constant `id`). A fork child's first return never
-/// passes through the function: see `fork::on_child_return`.
+/// or from fexit on its syscall function (constant `id` and `abi`). A fork child's first
+/// return never passes through the function: see `fork::on_child_return`.
 #[inline(always)]
-pub fn on_return_of(regs: BtfPtr, id: i64, ret: i64) {
+pub fn on_return_of(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if maps::active(active::FORKS) != 0 => {
             fork::on_exit(ret)
         }
-        nr::EXECVE | nr::EXECVEAT => exec::on_exit(regs, id, ret),
+        nr::EXECVE | nr::EXECVEAT => exec::on_exit(regs, id, ret, abi),
         _ => {}
     }
 }

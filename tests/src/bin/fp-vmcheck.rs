@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const FORKPROF: &str = "/fp/forkprof";
-/// The hooks of the syscalls job's fentry/fexit source (`loader::SYSCALL_FUNCTIONS`).
-const SYSCALL_FUNCTION_HOOKS: usize = 19;
+/// The hooks of the syscalls job's fentry/fexit source (`loader::SYSCALL_FUNCTIONS`): 19 for
+/// x86-64 syscalls and 9 for ia32 ones, which these kernels (CONFIG_IA32_EMULATION) have.
+const SYSCALL_FUNCTION_HOOKS: usize = 28;
+/// A 32-bit process that spawns through the ia32 syscall table (tests/fixtures/spawn32.c).
+const SPAWN32: &str = "/fp/spawn32";
 const WORKLOAD: &str = "/fp/fp-workload";
 const DYN: &str = "/fp/dyn_true";
 const STATIC: &str = "/fp/static_true";
@@ -448,6 +451,23 @@ fn failed_exec() -> Result<String, String> {
     }
 }
 
+/// A 32-bit process's children, made and exec'd through the ia32 syscalls: from the ia32
+/// syscall functions where fentry attaches, else (`env`: FORKPROF_TEST_NO_FENTRY=1) from
+/// sys_enter/sys_exit, which see ia32 numbers.
+fn ia32(env: &[&str]) -> Result<String, String> {
+    let report = run_report_with(env, &[SPAWN32], "/tmp/ia32.json")?;
+    let fork = report["sources"]["fork"].as_str().unwrap_or("");
+    let want = if env.is_empty() {
+        "fentry"
+    } else {
+        "tp_btf sys_enter"
+    };
+    if !fork.starts_with(want) {
+        return Err(format!("fork from {fork:?} (want {want}…)"));
+    }
+    forkprof_tests::check_spawn32(&report, SPAWN32)
+}
+
 fn exit_codes() -> Result<String, String> {
     let cases: [(&[&str], i32); 3] = [
         (&[WORKLOAD, "exit", "3"], 3),
@@ -837,6 +857,8 @@ fn guest() -> i32 {
     }
     t.check("exit-codes", exit_codes());
     t.check("failed-exec", failed_exec());
+    t.check("ia32", ia32(&[]));
+    t.check("ia32-tracepoints", ia32(&["FORKPROF_TEST_NO_FENTRY=1"]));
     t.check("static-start", static_start());
     t.check("cow", cow(&[]));
     t.check("pagetable-copy", pagetable_copy(&[]));

@@ -611,7 +611,8 @@ pub fn build_spawn32(out: &Path) -> Result<(), String> {
 /// Checks forkprof's report of one run of the `spawn32` fixture at `path`: its four children,
 /// made by ia32 fork, clone(SIGCHLD), vfork and fork, each with its parent, method and fork
 /// time; three exec `true` (/bin/true, 64-bit), and the last fails to exec `SPAWN32_MISSING`
-/// (ENOENT, timed as exec_failed, its path read from the 32-bit caller) and exits 127.
+/// (ENOENT, timed as exec_failed, its path and argv read from the 32-bit caller) and exits
+/// 127.
 /// Returns a one-line summary, or what is wrong.
 pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
     let procs = report["processes"].as_array().ok_or("no processes array")?;
@@ -664,6 +665,8 @@ pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
         let ok = match execs.as_slice() {
             [e] if want_fail => {
                 e["path"] == SPAWN32_MISSING
+                    && e["args"] == serde_json::json!([SPAWN32_MISSING])
+                    && e["argc"] == 1
                     && e["errno"] == 2
                     && p["exit"]["code"] == 127
                     && p["phases"]["exec_failed"]

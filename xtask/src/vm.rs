@@ -364,20 +364,11 @@ fn build_initramfs(dir: &Path) -> Result<PathBuf> {
             dynamic.push(fp.join(name));
         }
     }
-    // A 32-bit process that spawns through the ia32 syscall table only (fp-vmcheck's ia32
-    // checks; the host test builds it the same way, `forkprof_tests::build_spawn32`).
-    run(Command::new("gcc")
-        .args([
-            "-m32",
-            "-O1",
-            "-static",
-            "-nostdlib",
-            "-fno-pic",
-            "-fno-stack-protector",
-            "-o",
-        ])
-        .arg(fp.join("spawn32"))
-        .arg(root().join("tests/fixtures/spawn32.c")))?;
+    // A 32-bit process that spawns through the ia32 syscall table only, for fp-vmcheck's
+    // ia32 checks: built by the same function as the host test's.
+    run(Command::new(root().join("target/debug/fp-vmcheck"))
+        .arg("build-spawn32")
+        .arg(fp.join("spawn32")))?;
     for bin in BINS {
         let src = root().join("target/debug").join(bin);
         // Without debug info: forkprof's is most of its size, and the guest never needs it.

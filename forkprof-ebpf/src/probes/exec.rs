@@ -91,28 +91,27 @@ fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
 
 /// A failed attempt's path and argv, at its return, from the caller's memory (intact: the
 /// attempt failed before the point of no return). Up to `ARG_SLOTS` strings of at most
-/// `ARG_LEN - 1` bytes, end to end, as the image's stack would hold them.
+/// `ARG_LEN - 1` bytes, end to end, as the image's stack would hold them. A 32-bit caller's
+/// arguments are in other registers, and its argv holds 4-byte pointers.
 #[inline(always)]
-fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
+fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64, abi: Abi) {
     // execve(path, argv, ..), execveat(dirfd, path, argv, ..); a constant offset per branch.
-    let (path, argv) = if id == nr::EXECVE {
-        (regs.u64_at(regs::DI), regs.u64_at(regs::SI))
-    } else {
-        (regs.u64_at(regs::SI), regs.u64_at(regs::DX))
+    let (path, argv) = match (abi, id == nr::EXECVE) {
+        (Abi::X64, true) => (regs.u64_at(regs::DI), regs.u64_at(regs::SI)),
+        (Abi::X64, false) => (regs.u64_at(regs::SI), regs.u64_at(regs::DX)),
+        (Abi::Ia32, true) => (regs.u64_at(regs::BX), regs.u64_at(regs::CX)),
+        (Abi::Ia32, false) => (regs.u64_at(regs::CX), regs.u64_at(regs::DX)),
     };
-    let (path, argv) = (path as *const u8, argv as *const *const u8);
-    let ptrs = if argv.is_null() {
-        [core::ptr::null(); ARG_SLOTS]
-    } else {
-        arg_pointers(argv)
+    let path = path as *const u8;
+    let ptrs = match abi {
+        _ if argv == 0 => [core::ptr::null(); ARG_SLOTS],
+        Abi::X64 => arg_pointers(argv as *const *const u8),
+        Abi::Ia32 => arg_pointers_ia32(argv),
     };
     let mut argc = ptrs.iter().take_while(|p| !p.is_null()).count() as u32;
     if argc == ARG_SLOTS as u32 {
         for i in ARG_SLOTS as u32..ARGC_COUNT_MAX {
-            // SAFETY: as above.
-            let arg =
-                unsafe { bpf_probe_read_user(argv.add(i as usize)) }.unwrap_or(core::ptr::null());
-            if arg.is_null() {
+            if arg_at(argv, i, abi).is_null() {
                 break;
             }
             argc += 1;
@@ -155,28 +154,6 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
     rec.argv_len = off.min(ARGV_LEN) as u32;
 }
 
-/// A failed attempt of a 32-bit process: its path, from the caller's memory. Its argv is an
-/// array of 32-bit pointers, which the 64-bit reader above does not follow: not read.
-#[inline(always)]
-fn write_caller_path_ia32(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64) {
-    // ia32 execve(path, ..) in bx, execveat(dirfd, path, ..) in cx.
-    let path = if id == nr::EXECVE {
-        regs.u64_at(regs::BX)
-    } else {
-        regs.u64_at(regs::CX)
-    } as *const u8;
-    // SAFETY: as in `write_caller_args`.
-    unsafe {
-        generated::bpf_probe_read_user_str(
-            rec.path.as_mut_ptr().cast(),
-            rec.path.len() as u32,
-            path.cast(),
-        )
-    };
-    rec.argc = 0;
-    rec.argv_len = 0;
-}
-
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
 /// One user read of the whole block: a pointer at a time only when the block crosses into
 /// an unmapped page.
@@ -202,6 +179,32 @@ fn arg_pointers(argv: *const *const u8) -> [*const u8; ARG_SLOTS] {
             if slot.is_null() {
                 break;
             }
+        }
+    }
+    ptrs
+}
+
+/// argv's `i`th pointer, NULL where it cannot be read (x86-64: 8 bytes each; ia32: 4).
+#[inline(always)]
+fn arg_at(argv: u64, i: u32, abi: Abi) -> *const u8 {
+    // SAFETY: user addresses from the syscall's arguments; the helper validates them.
+    match abi {
+        Abi::X64 => unsafe { bpf_probe_read_user((argv as *const *const u8).add(i as usize)) }
+            .unwrap_or(core::ptr::null()),
+        Abi::Ia32 => unsafe { bpf_probe_read_user((argv as *const u32).add(i as usize)) }
+            .map_or(core::ptr::null(), |p| p as usize as *const u8),
+    }
+}
+
+/// A 32-bit caller's argv: its first `ARG_SLOTS` pointers, up to its NULL, a read each (a
+/// failed exec of a 32-bit process is rare).
+#[inline(always)]
+fn arg_pointers_ia32(argv: u64) -> [*const u8; ARG_SLOTS] {
+    let mut ptrs = [core::ptr::null(); ARG_SLOTS];
+    for (i, slot) in ptrs.iter_mut().enumerate() {
+        *slot = arg_at(argv, i as u32, Abi::Ia32);
+        if slot.is_null() {
+            break;
         }
     }
     ptrs
@@ -344,8 +347,7 @@ fn finish(ps: &mut ProcState, end: u64, errno: i32, args: ArgsFrom) {
     rec._pad = 0;
     match args {
         ArgsFrom::Image(task, bprm) => write_image_args(rec, task, bprm),
-        ArgsFrom::Caller(regs, id, Abi::X64) => write_caller_args(rec, regs, id),
-        ArgsFrom::Caller(regs, id, Abi::Ia32) => write_caller_path_ia32(rec, regs, id),
+        ArgsFrom::Caller(regs, id, abi) => write_caller_args(rec, regs, id, abi),
         ArgsFrom::Nowhere => {
             rec.argc = 0;
             rec.path[0] = 0;

@@ -932,8 +932,21 @@ fn main() {
     let code = match args.first().map(String::as_str) {
         None => guest(),
         Some("support-table") => support_table(&args[1..]),
+        // On the host, for the guest's /fp (xtask vm-test).
+        Some("build-spawn32") if args.len() == 2 => {
+            match forkprof_tests::build_spawn32(std::path::Path::new(&args[1])) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("fp-vmcheck: {e}");
+                    1
+                }
+            }
+        }
         Some(other) => {
-            eprintln!("fp-vmcheck: unknown command {other} (none, or support-table LABEL=FILE...)");
+            eprintln!(
+                "fp-vmcheck: unknown command {other} (none, support-table LABEL=FILE..., or \
+                 build-spawn32 PATH)"
+            );
             2
         }
     };

@@ -55,6 +55,8 @@ pub mod nr_ia32 {
             VFORK => super::nr::VFORK,
             EXIT_GROUP => super::nr::EXIT_GROUP,
             EXECVEAT => super::nr::EXECVEAT,
+            // clone3 is 435 in both tables.
+            super::nr::CLONE3 => super::nr::CLONE3,
             _ => return None,
         })
     }

@@ -244,7 +244,13 @@ pub fn current_ids() -> (u32, u32) {
 /// loaded.
 #[inline(always)]
 pub fn in_compat_syscall() -> bool {
-    BtfPtr::current_task().u32_at(layout().task_thread_status) & TS_COMPAT != 0
+    is_compat(BtfPtr::current_task())
+}
+
+/// `in_compat_syscall` of `task` (a task pointer, such as a tracepoint's current task).
+#[inline(always)]
+pub fn is_compat(task: BtfPtr) -> bool {
+    task.u32_at(layout().task_thread_status) & TS_COMPAT != 0
 }
 
 #[inline(always)]

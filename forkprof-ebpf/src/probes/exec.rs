@@ -18,8 +18,7 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use forkprof_common::{
-    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, TS_COMPAT, active, kind, ld_state,
-    nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, active, kind, ld_state, nr, stat,
 };
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window, syscalls::Abi};
@@ -103,10 +102,10 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64, abi: Ab
         (Abi::Ia32, false) => (regs.u64_at(regs::CX), regs.u64_at(regs::DX)),
     };
     let path = path as *const u8;
-    let ptrs = match abi {
-        _ if argv == 0 => [core::ptr::null(); ARG_SLOTS],
-        Abi::X64 => arg_pointers(argv as *const *const u8),
-        Abi::Ia32 => arg_pointers_ia32(argv),
+    let ptrs = if argv == 0 {
+        [core::ptr::null(); ARG_SLOTS]
+    } else {
+        arg_pointers(argv, abi)
     };
     let mut argc = ptrs.iter().take_while(|p| !p.is_null()).count() as u32;
     if argc == ARG_SLOTS as u32 {
@@ -155,30 +154,38 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64, abi: Ab
 }
 
 /// argv's first `ARG_SLOTS` pointers, up to its NULL (the rest are not read by the caller).
-/// One user read of the whole block: a pointer at a time only when the block crosses into
-/// an unmapped page.
+/// A 64-bit caller's in one user read of the whole block; a pointer at a time when the block
+/// crosses into an unmapped page, and always for a 32-bit caller's 4-byte pointers (a failed
+/// exec of a 32-bit process is rare).
 #[inline(always)]
-fn arg_pointers(argv: *const *const u8) -> [*const u8; ARG_SLOTS] {
-    // Not zeroed first (a zeroing is a byte loop, `maps::store`): the helper writes every
-    // byte, what it read or zeros when it fails.
-    let mut ptrs = core::mem::MaybeUninit::<[*const u8; ARG_SLOTS]>::uninit();
-    // SAFETY: `ptrs` is ARG_SLOTS writable pointers; the helper validates the user address.
-    let whole = unsafe {
-        generated::bpf_probe_read_user(
-            ptrs.as_mut_ptr().cast(),
-            core::mem::size_of::<[*const u8; ARG_SLOTS]>() as u32,
-            argv.cast(),
-        )
-    };
-    // SAFETY: written whole by the helper above.
-    let mut ptrs = unsafe { ptrs.assume_init() };
-    if whole != 0 {
-        for (i, slot) in ptrs.iter_mut().enumerate() {
-            // SAFETY: as above.
-            *slot = unsafe { bpf_probe_read_user(argv.add(i)) }.unwrap_or(core::ptr::null());
-            if slot.is_null() {
-                break;
+fn arg_pointers(argv: u64, abi: Abi) -> [*const u8; ARG_SLOTS] {
+    let mut ptrs = match abi {
+        Abi::X64 => {
+            // Not zeroed first (a zeroing is a byte loop, `maps::store`): the helper writes
+            // every byte, what it read or zeros when it fails.
+            let mut ptrs = core::mem::MaybeUninit::<[*const u8; ARG_SLOTS]>::uninit();
+            // SAFETY: `ptrs` is ARG_SLOTS writable pointers; the helper validates the user
+            // address.
+            let whole = unsafe {
+                generated::bpf_probe_read_user(
+                    ptrs.as_mut_ptr().cast(),
+                    core::mem::size_of::<[*const u8; ARG_SLOTS]>() as u32,
+                    argv as *const _,
+                )
+            };
+            // SAFETY: written whole by the helper above.
+            let ptrs = unsafe { ptrs.assume_init() };
+            if whole == 0 {
+                return ptrs;
             }
+            ptrs // zeros: read it a pointer at a time below
+        }
+        Abi::Ia32 => [core::ptr::null(); ARG_SLOTS],
+    };
+    for (i, slot) in ptrs.iter_mut().enumerate() {
+        *slot = arg_at(argv, i as u32, abi);
+        if slot.is_null() {
+            break;
         }
     }
     ptrs
@@ -194,20 +201,6 @@ fn arg_at(argv: u64, i: u32, abi: Abi) -> *const u8 {
         Abi::Ia32 => unsafe { bpf_probe_read_user((argv as *const u32).add(i as usize)) }
             .map_or(core::ptr::null(), |p| p as usize as *const u8),
     }
-}
-
-/// A 32-bit caller's argv: its first `ARG_SLOTS` pointers, up to its NULL, a read each (a
-/// failed exec of a 32-bit process is rare).
-#[inline(always)]
-fn arg_pointers_ia32(argv: u64) -> [*const u8; ARG_SLOTS] {
-    let mut ptrs = [core::ptr::null(); ARG_SLOTS];
-    for (i, slot) in ptrs.iter_mut().enumerate() {
-        *slot = arg_at(argv, i as u32, Abi::Ia32);
-        if slot.is_null() {
-            break;
-        }
-    }
-    ptrs
 }
 
 /// Process `tgid`'s exec attempt in flight, if any. Callers look at `ACTIVE` first, before
@@ -242,13 +235,19 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     };
     let end = maps::now();
     ps.exec_loaded_at = end;
-    finish(ps, end, 0, ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))));
-    // A 32-bit image: its dynamic linker is i386 ld.so, whose syscalls the window's state
-    // machine does not read (it sets TLS with set_thread_area, not arch_prctl).
     // From exec to its first return, the task's compat status is the new image's.
-    if task.u32_at(maps::layout().task_thread_status) & TS_COMPAT != 0 {
-        dynlink::abandon(ps);
-    }
+    let abi = if maps::is_compat(task) {
+        Abi::Ia32
+    } else {
+        Abi::X64
+    };
+    finish(
+        ps,
+        end,
+        0,
+        abi,
+        ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))),
+    );
 }
 
 /// The exec syscall returns. A successful attempt has ended at sched_process_exec already,
@@ -275,7 +274,8 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
         ArgsFrom::Nowhere
     };
     let errno = if ret < 0 { -ret as i32 } else { 0 };
-    finish(ps, maps::now(), errno, args);
+    // A success's `abi` is the new image's: the exec rewrote the number and compat status.
+    finish(ps, maps::now(), errno, abi, args);
 }
 
 /// Where an attempt's path and argv are read from.
@@ -289,10 +289,12 @@ enum ArgsFrom {
 }
 
 /// Ends the attempt in flight at `end` (`errno` 0: it succeeded) and sends its record. A
-/// success also ends the fork child's copy-on-write window and opens the dynamic-linker
-/// window, which starts where the exec ends.
+/// success also ends the fork child's copy-on-write window and, for a 64-bit image (`abi`),
+/// opens the dynamic-linker window, which starts where the exec ends. A 32-bit image's
+/// dynamic linker is i386 ld.so, whose syscalls the window's state machine does not read (it
+/// sets TLS with set_thread_area, not arch_prctl): it gets none.
 #[inline(always)]
-fn finish(ps: &mut ProcState, end: u64, errno: i32, args: ArgsFrom) {
+fn finish(ps: &mut ProcState, end: u64, errno: i32, abi: Abi, args: ArgsFrom) {
     ps.in_exec = 0;
     maps::active_add(active::EXECS, -1);
     let (mut cow_faults, mut cow_fault_ns) = (0, 0);
@@ -303,11 +305,13 @@ fn finish(ps: &mut ProcState, end: u64, errno: i32, args: ArgsFrom) {
         // A window still open from an earlier exec (its image exec'd again before it closed)
         // is given up without a record.
         dynlink::abandon(ps);
-        maps::active_add(active::LD, 1);
-        ps.ld_state = ld_state::START;
-        ps.ld_t0 = end;
-        ps.ld_syscalls = 0;
-        ps.ld_openat = 0;
+        if abi == Abi::X64 {
+            maps::active_add(active::LD, 1);
+            ps.ld_state = ld_state::START;
+            ps.ld_t0 = end;
+            ps.ld_syscalls = 0;
+            ps.ld_openat = 0;
+        }
     }
     let (atime_count, atime_ns, child_run_ns) = (ps.atime_count, ps.atime_ns, ps.child_run_ns);
     ps.child_run_ns = 0;

@@ -40,13 +40,7 @@ fn as_x86_64(id: i64) -> Option<(i64, Abi)> {
         | nr_ia32::EXIT_GROUP
         | nr_ia32::EXECVEAT => {
             if maps::in_compat_syscall() {
-                // clone3 is 435 in both tables.
-                let id = if id == nr::CLONE3 {
-                    Some(id)
-                } else {
-                    nr_ia32::to_x86_64(id)
-                };
-                id.map(|id| (id, Abi::Ia32))
+                nr_ia32::to_x86_64(id).map(|id| (id, Abi::Ia32))
             } else {
                 Some((id, Abi::X64))
             }

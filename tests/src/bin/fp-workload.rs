@@ -177,8 +177,7 @@ fn fork_clocked() -> (libc::pid_t, u64) {
     if pid < 0 {
         die("fork failed");
     }
-    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    (pid as libc::pid_t, ns)
+    (pid as libc::pid_t, timespec_ns(&ts))
 }
 
 /// What the child of `posix_spawn_raw` execs.
@@ -247,6 +246,10 @@ fn monotonic_ns() -> u64 {
     };
     // SAFETY: clock_gettime into a local.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    timespec_ns(&ts)
+}
+
+fn timespec_ns(ts: &libc::timespec) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -258,7 +261,7 @@ struct Shared {
 
 impl Shared {
     fn new(len: usize) -> Self {
-        let bytes = (len.max(1) * 8).next_multiple_of(4096);
+        let bytes = (len.max(1) * 8).next_multiple_of(PAGE);
         // SAFETY: a fresh anonymous mapping.
         let ptr = unsafe {
             libc::mmap(

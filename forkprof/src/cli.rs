@@ -216,26 +216,12 @@ pub struct RecordArgs {
     pub recording: RecordingArgs,
 }
 
-/// An output path whose directory exists and can be written: checked when the command line
-/// is parsed, so that a typo fails at once (exit 2) rather than after a long trace.
+/// An output path whose directory exists and can be written (under sudo, by the invoking
+/// user): checked when the command line is parsed, so that a typo fails at once (exit 2)
+/// rather than after a long trace.
 fn writable_path(s: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(s);
-    if path.is_dir() {
-        return Err("is a directory".into());
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !dir.is_dir() {
-        return Err(format!("directory {} does not exist", dir.display()));
-    }
-    use std::os::unix::ffi::OsStrExt as _;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
-    // SAFETY: a valid NUL-terminated path.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(format!("directory {} is not writable", dir.display()));
-    }
+    crate::privilege::may_write(&path)?;
     Ok(path)
 }
 

@@ -1,6 +1,7 @@
 //! Recordings end to end: `run -o`, `record` (system-wide, -p, --duration, SIGKILL), and
 //! `report` on good and bad files.
 use std::os::unix::fs::MetadataExt as _;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -98,6 +99,8 @@ fn run_o_records_what_run_reports() {
 fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
     needs_root!();
     let dir = tempdir();
+    // A directory the user may write: the recording is created as that user.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let db = dir.join("user.db");
     let out = Command::new(forkprof())
         .args(["run", "--no-args", "--report", "/dev/null", "-o"])

@@ -376,6 +376,96 @@ fn under_sudo_the_command_runs_as_the_invoking_user() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Under sudo, an output path is opened as the invoking user would open it: a file of
+/// root's, a symlink to one, or a directory only root may write is refused with exit 2 and
+/// left as it was (before, root opened the path and then gave the file to the user, so
+/// `--report /etc/shadow` handed /etc/shadow over).
+#[test]
+fn under_sudo_an_output_path_is_opened_as_the_invoking_user() {
+    needs_root!();
+    let dir = tempdir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let roots = dir.join("roots");
+    std::fs::write(&roots, "root's\n").unwrap();
+    std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&roots, dir.join("link")).unwrap();
+    let closed = dir.join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let as_nobody = |args: &[&std::ffi::OsStr]| {
+        Command::new(forkprof())
+            .args(args)
+            .env("SUDO_UID", "65534")
+            .env("SUDO_GID", "65534")
+            .env("SUDO_USER", "nobody")
+            .output()
+            .unwrap()
+    };
+    let refused = [
+        ("--report", roots.clone()),
+        ("--report", dir.join("link")),
+        ("-o", closed.join("x.db")),
+        ("-o", dir.join("link")),
+    ];
+    for (flag, path) in &refused {
+        let out = as_nobody(&[
+            "run".as_ref(),
+            flag.as_ref(),
+            path.as_os_str(),
+            "--".as_ref(),
+            "true".as_ref(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {}: {err}",
+            path.display()
+        );
+        assert!(err.contains("not writable"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let meta = std::fs::metadata(&roots).unwrap();
+    assert_eq!(
+        (meta.uid(), meta.mode() & 0o777),
+        (0, 0o644),
+        "root's file kept"
+    );
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's\n");
+    assert_eq!(
+        std::fs::read_dir(&closed).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    // Where the user may write, the recording and its report are the user's, 0600.
+    let (db, report) = (dir.join("ok.db"), dir.join("ok.txt"));
+    let out = as_nobody(&[
+        "run".as_ref(),
+        "-o".as_ref(),
+        db.as_os_str(),
+        "--report".as_ref(),
+        report.as_os_str(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for path in [&db, &report] {
+        let meta = std::fs::metadata(path).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid(), meta.mode() & 0o777),
+            (65534, 65534, 0o600),
+            "{}",
+            path.display()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
     needs_root!();

@@ -15,7 +15,7 @@ use crate::decode::{Record, c_bytes};
 use crate::model::report::Report;
 use crate::model::trace::{Found, LostCounts};
 use crate::model::{Method, Trace};
-use crate::privilege::{InvokingUser, create_private_file};
+use crate::privilege::{InvokingUser, as_user, open_private_file};
 
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 
@@ -308,34 +308,32 @@ impl Writer {
         meta: Vec<(String, String)>,
         keep_args: bool,
     ) -> Result<Self> {
-        // A log left by an earlier recording of the same name would be replayed into this one.
-        for suffix in ["-wal", "-shm"] {
-            let mut p = path.as_os_str().to_owned();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
-        // Create the file ourselves so that its mode and owner are right from the start.
-        let file = create_private_file(path, owner)?;
-        drop(file);
-        let mut conn = Connection::open(path)
-            .with_context(|| format!("cannot open {} as SQLite", path.display()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let tx = conn.transaction()?;
-        tx.execute_batch(SCHEMA)
-            .with_context(|| format!("cannot create the schema in {}", path.display()))?;
-        let mut all = vec![("schema_version".to_string(), RECORDING_SCHEMA.to_string())];
-        all.extend(meta);
-        set_meta(&tx, &all)?;
-        tx.commit()?;
-        if let Some(user) = owner {
-            // SQLite creates the -wal and -shm files now; they must be the user's too.
+        // Everything that creates a file is done as the invoking user (`as_user`): the
+        // database, and the -wal and -shm files that SQLite creates beside it in the first
+        // transaction, on this thread. The writer thread only writes to them.
+        let conn = as_user(owner, || {
+            // A log left by an earlier recording of the same name would be replayed into
+            // this one.
             for suffix in ["-wal", "-shm"] {
                 let mut p = path.as_os_str().to_owned();
                 p.push(suffix);
-                let _ = std::os::unix::fs::chown(&p, Some(user.uid), Some(user.gid));
+                let _ = std::fs::remove_file(p);
             }
-        }
+            // Create the file ourselves so that its mode is right from the start.
+            drop(open_private_file(path)?);
+            let mut conn = Connection::open(path)
+                .with_context(|| format!("cannot open {} as SQLite", path.display()))?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            let tx = conn.transaction()?;
+            tx.execute_batch(SCHEMA)
+                .with_context(|| format!("cannot create the schema in {}", path.display()))?;
+            let mut all = vec![("schema_version".to_string(), RECORDING_SCHEMA.to_string())];
+            all.extend(meta);
+            set_meta(&tx, &all)?;
+            tx.commit()?;
+            Ok(conn)
+        })?;
         let (tx, rx) = mpsc::channel();
         let shown = path.display().to_string();
         let dropped = Arc::new(AtomicU64::new(0));

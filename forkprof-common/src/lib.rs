@@ -442,6 +442,9 @@ pub struct KernelLayout {
     pub bprm_argc: u32,
     /// `task_struct.thread_info.status` (x86), which holds `TS_COMPAT`.
     pub task_thread_status: u32,
+    /// `task_struct.exit_signal`: the signal that tells the parent of the process's exit
+    /// (clone's low byte: SIGCHLD from fork, anything from clone; 0 for none).
+    pub task_exit_signal: u32,
 }
 
 #[cfg(feature = "user")]

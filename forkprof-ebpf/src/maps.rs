@@ -119,6 +119,7 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     bprm_filename: 0,
     bprm_argc: 0,
     task_thread_status: 0,
+    task_exit_signal: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records

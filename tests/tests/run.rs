@@ -112,6 +112,35 @@ fn processes_that_share_a_slot_are_followed_exactly() {
     );
 }
 
+/// A child made by clone(2) with another exit signal than SIGCHLD notifies its parent by
+/// that signal: its exit's teardown ends there, as a fork child's does at SIGCHLD (before,
+/// only SIGCHLD was taken, and every such exit counted as without notification). With no
+/// exit signal at all the parent is only woken, so nothing marks the notification: those
+/// exits have no teardown time and count as without notification.
+#[test]
+fn a_clone_childs_own_exit_signal_notifies_its_parent() {
+    needs_root!();
+    for (method, notified) in [("clone-sigusr1", true), ("clone-nosignal", false)] {
+        let run = spawn_run(method, None);
+        assert_eq!(run.method("fork"), N, "{method}: {}", run.report["methods"]);
+        assert_eq!(run.summary("still_running"), 0, "{method}");
+        let with_teardown = run.report["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .filter(|p| {
+                p["phases"]["exit_teardown"]
+                    .as_u64()
+                    .is_some_and(|ns| ns > 0)
+            })
+            .count() as u64;
+        // The root's own exit notifies by SIGCHLD.
+        let (teardowns, without) = if notified { (N + 1, 0) } else { (1, N) };
+        assert_eq!(with_teardown, teardowns, "{method}");
+        assert_eq!(run.summary("exits_without_notify"), without, "{method}");
+    }
+}
+
 #[test]
 fn threads_are_counted_apart() {
     needs_root!();

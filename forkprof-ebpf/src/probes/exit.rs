@@ -1,6 +1,10 @@
-//! Process exit: the start of the teardown -> the parent is notified (signal_generate of
-//! SIGCHLD from the exiting task). sched_process_free sends the record without a teardown time
-//! when no notification was seen.
+//! Process exit: the start of the teardown -> the parent is notified (signal_generate of the
+//! exiting task's exit signal, SIGCHLD after fork, or of SIGCHLD, which a traced child sends
+//! its tracer). sched_process_free sends the record without a teardown time when no
+//! notification was seen (the parent ignores SIGCHLD); a process whose exit signal is 0
+//! (clone without one: its parent is only woken) sends it so at once. Not seen: the custom
+//! exit signal of a process whose main thread exited before its last thread (the kernel then
+//! sends the leader's signal from the last thread).
 //!
 //! The start is sched_process_exit of the last thread where that tracepoint fires before
 //! exit_mm and says whether the group is dead (6.16+). Older kernels fire it after exit_mm with
@@ -94,6 +98,11 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     // The exiting task is the current one.
     maps::put_comm(&mut rec.comm, task.comm());
     maps::active_add(active::EXITS, 1);
+    // No exit signal (clone with none): the parent will only be woken, and nothing marks
+    // that. The record goes now, not at the task's free, which RCU can put off for seconds.
+    if task.u32_at(maps::layout().task_exit_signal) == 0 {
+        finish(tgid, false);
+    }
 }
 
 /// Sends a pending exit record and forgets the process; nothing for a process whose last
@@ -127,8 +136,10 @@ pub fn on_signal(ctx: &aya_ebpf::programs::RawTracePointContext) {
     if maps::active(active::EXITS) == 0 {
         return;
     }
-    let sig: i64 = ctx.arg(0);
-    if sig & 0xffff_ffff != SIGCHLD {
+    let sig = ctx.arg::<i64>(0) & 0xffff_ffff;
+    // Only another signal than SIGCHLD costs a load: the exiting task's own exit signal.
+    let task = BtfPtr::current_task();
+    if sig != SIGCHLD && sig != i64::from(task.u32_at(maps::layout().task_exit_signal)) {
         return;
     }
     let (tgid, _) = maps::current_ids();

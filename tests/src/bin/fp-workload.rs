@@ -2,7 +2,9 @@
 //! exactly what it says and prints its own measurements as one JSON line on stdout.
 //!
 //!   spawn METHOD COUNT [PROGRAM]   METHOD = fork | fork-raw | fork-spin | fork-held | vfork |
-//!                                  posix_spawn | posix_spawn-raw | thread; children _exit(0)
+//!                                  posix_spawn | posix_spawn-raw | thread | clone-sigusr1 |
+//!                                  clone-nosignal (fork by clone(2) with exit signal
+//!                                  SIGUSR1, or none); children _exit(0)
 //!                                  at once (fork-spin: a bare fork syscall whose child
 //!                                  reads the clock first and spins `SPIN_NS`; fork-held: once
 //!                                  the parent has read its clock, blocked on a pipe until
@@ -44,7 +46,8 @@ fn cstring(s: &str) -> CString {
 fn wait_child(pid: libc::pid_t) {
     let mut status = 0;
     // SAFETY: plain syscall with a valid out-pointer.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+    // __WALL: a clone child whose exit signal is not SIGCHLD is waited for too.
+    while unsafe { libc::waitpid(pid, &mut status, libc::__WALL) } < 0 {
         if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             die("waitpid failed");
         }
@@ -364,6 +367,22 @@ fn spawn(method: &str, count: u32, program: Option<&str>) -> Spawned {
                     envp.as_ptr(),
                 )
             },
+            // A fork by clone(2) with another exit signal than SIGCHLD (ignored here), or
+            // none: the parent is notified of the exit by that signal, or only woken.
+            "clone-sigusr1" | "clone-nosignal" => {
+                let signal = if method == "clone-sigusr1" {
+                    // SAFETY: sets a disposition; no handler runs.
+                    unsafe { libc::signal(libc::SIGUSR1, libc::SIG_IGN) };
+                    libc::SIGUSR1
+                } else {
+                    0
+                };
+                // SAFETY: clone without CLONE_VM or a stack is fork with another exit
+                // signal; the child only calls async-signal-safe execve/_exit below.
+                let pid =
+                    unsafe { libc::syscall(libc::SYS_clone, signal as libc::c_long, 0, 0, 0, 0) };
+                pid as libc::pid_t
+            }
             "posix_spawn" => {
                 let p = prog
                     .as_ref()

@@ -243,6 +243,11 @@ pub struct ExecRecord {
     pub child_run_ns: u64,
     /// The process's cgroup v2 id at the attempt's end (it may have moved since the fork).
     pub cgroup_id: u64,
+    /// How many of `args` hold a string that was read (a string may be empty): at most
+    /// `argc` and `ARG_SLOTS`, fewer when argv's first bytes held fewer strings, none when
+    /// no argument was read (`--no-args`, or a failure after the point of no return).
+    pub args_read: u32,
+    pub _pad: u32,
     pub path: [u8; PATH_LEN],
     pub args: [[u8; ARG_LEN]; ARG_SLOTS],
 }
@@ -358,13 +363,17 @@ pub struct ProcState {
     pub cow_as_parent: u64,
     pub cow_children: u32,
     pub parent_tgid: u32,
+    /// Exec attempts in flight in this process's threads (`exec`, and the rest in
+    /// `EXEC_ATTEMPTS`).
     pub in_exec: u32,
     pub atime_count: u32,
     pub atime_start: u64,
     pub atime_ns: u64,
     /// `child_state::*`.
     pub child_state: u32,
-    pub _child_pad: u32,
+    /// Exec attempts of this process's threads in the map `EXEC_ATTEMPTS`: only while one
+    /// is there does a thread without the attempt in `exec` look it up.
+    pub exec_spilled: u32,
     /// When this fork child first returned from the fork.
     pub child_t0: u64,
     /// `child_run` closed at an exec attempt's entry, for that attempt's record.
@@ -383,13 +392,9 @@ pub struct ProcState {
     /// forks are in the map `FORKS`: most forks come from a process's main thread, and this
     /// saves them a hash insert, delete and two lookups (docs/kernel-findings.md).
     pub fork: ForkState,
-    /// The exec attempt in flight (`in_exec` 1): its entry, its calling thread, and the
-    /// absolute times of its point of no return and of its new image's load (0: not yet).
-    pub exec_start_ns: u64,
-    pub exec_prepared_at: u64,
-    pub exec_loaded_at: u64,
-    pub exec_tid: u32,
-    pub _exec_pad: u32,
+    /// The exec attempt in flight of the first thread to start one (`tid` 0: none). Another
+    /// thread's attempt at the same time is in the map `EXEC_ATTEMPTS`, by tid.
+    pub exec: ExecState,
     /// The exit record waiting for the parent's notification, filled at the last thread's
     /// exit (`hdr.kind == kind::EXIT` from then on; 0 before). Kept in the process's own
     /// entry rather than in a map of its own: one hash insert, lookup and delete fewer per
@@ -410,6 +415,21 @@ pub struct ForkState {
     pub pt_mm: u64,
     pub pt_start: u64,
     pub pt_ns: u64,
+}
+
+/// A thread's exec attempt in flight (`ProcState::exec`, or the map `EXEC_ATTEMPTS`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExecState {
+    /// The attempt's entry.
+    pub start_ns: u64,
+    /// The absolute times of its point of no return and of its new image's load (0: not
+    /// yet).
+    pub prepared_at: u64,
+    pub loaded_at: u64,
+    /// The calling thread (0: no attempt). 64 bits: the entry's is claimed with a
+    /// compare-and-exchange, which BPF has only for 64-bit words before its v3 ISA.
+    pub tid: u64,
 }
 
 /// What the programs need to know about the running kernel, read from its BTF by the agent
@@ -455,6 +475,7 @@ mod pod {
     unsafe impl aya::Pod for ProcKey {}
     unsafe impl aya::Pod for ProcState {}
     unsafe impl aya::Pod for ForkState {}
+    unsafe impl aya::Pod for ExecState {}
     unsafe impl aya::Pod for KernelLayout {}
 }
 
@@ -463,7 +484,7 @@ const _: () = assert!(core::mem::size_of::<RecordHeader>() == 32);
 const _: () = assert!(core::mem::size_of::<SpawnRecord>() == 32 + 16 + 8 + 8 + 8 + 8 * 5 + 16);
 const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
-        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
+        == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () =

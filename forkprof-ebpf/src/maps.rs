@@ -7,8 +7,8 @@ use aya_ebpf::{
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
 use forkprof_common::{
-    ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader, TS_COMPAT, active,
-    stat,
+    ExecState, ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader,
+    TS_COMPAT, active, stat,
 };
 
 /// Records to the agent, one per lifecycle milestone.
@@ -37,6 +37,11 @@ pub static SEEDS: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
 /// thread's fork is in its process's entry, `ProcState::fork`).
 #[map]
 pub static FORKS: HashMap<u32, ForkState> = HashMap::with_max_entries(16384, 0);
+
+/// Exec attempts of threads whose process's entry holds another thread's attempt already
+/// (`ProcState::exec`), by tid: two threads of one process in execve at once.
+#[map]
+pub static EXEC_ATTEMPTS: HashMap<u32, ExecState> = HashMap::with_max_entries(4096, 0);
 
 /// The source of every `PROCS_SPILL` insert, one zeroed `ProcState` per CPU: a `ProcState` built
 /// on the stack takes more than 6.1's verifier allows beside its callers' frames. Only
@@ -268,6 +273,33 @@ pub fn active_add(index: u32, delta: i64) {
     unsafe {
         let p = core::ptr::addr_of_mut!(ACTIVE[index as usize]);
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, delta as u64);
+    }
+}
+
+/// A field shared by a process's threads, read as it is now (another CPU may change it).
+#[inline(always)]
+pub fn load_u32(field: &u32) -> u32 {
+    // SAFETY: a valid, aligned reference.
+    unsafe { core::ptr::read_volatile(field) }
+}
+
+/// Adds `delta` to a field shared by a process's threads, atomically.
+#[inline(always)]
+pub fn add_u32(field: &mut u32, delta: i32) {
+    // SAFETY: a valid, aligned field of a map value; BPF's 32-bit atomic add.
+    unsafe {
+        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(field, delta as u32);
+    }
+}
+
+/// Sets a field shared by a process's threads from 0 to `value`, unless another thread
+/// did first: whether this one did.
+#[inline(always)]
+pub fn claim_u64(field: &mut u64, value: u64) -> bool {
+    // SAFETY: a valid, aligned field of a map value; BPF's 64-bit compare-and-exchange.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(field, 0, value)
+            .1
     }
 }
 

@@ -78,6 +78,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
 
 /// The `ExecRecord` of an attempt as the kernel sent it: its argv split into slots.
 fn exec_record(a: &ExecAttemptRecord) -> ExecRecord {
+    let (args, args_read) = argv_slots(a);
     ExecRecord {
         hdr: RecordHeader {
             kind: kind::EXEC,
@@ -96,26 +97,39 @@ fn exec_record(a: &ExecAttemptRecord) -> ExecRecord {
         cow_fault_ns: a.cow_fault_ns,
         child_run_ns: a.child_run_ns,
         cgroup_id: a.cgroup_id,
+        args_read,
+        _pad: 0,
         path: a.path,
-        args: argv_slots(a),
+        args,
     }
 }
 
 /// The first `ARG_SLOTS` strings of a record's argv (NUL-separated, the first `argv_len`
-/// bytes), each cut to `ARG_LEN - 1` bytes and NUL-terminated in its slot.
+/// bytes), each cut to `ARG_LEN - 1` bytes and NUL-terminated in its slot, and how many
+/// there were: a string cut off by the end of the bytes read counts, the strings after it
+/// (`argc` says how many) do not.
 fn argv_slots(
     a: &ExecAttemptRecord,
-) -> [[u8; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS] {
+) -> (
+    [[u8; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS],
+    u32,
+) {
     let mut slots = [[0; forkprof_common::ARG_LEN]; forkprof_common::ARG_SLOTS];
     let len = (a.argv_len as usize).min(a.argv.len());
-    let strings = a.argv[..len].split(|&b| b == 0);
-    // A trailing NUL leaves an empty piece after the last string: `argc` bounds the count.
+    let bytes = &a.argv[..len];
+    // A trailing NUL ends the last string read, and leaves no string after it.
+    let bytes = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    if len == 0 {
+        return (slots, 0);
+    }
     let count = (a.argc as usize).min(forkprof_common::ARG_SLOTS);
-    for (slot, arg) in slots.iter_mut().zip(strings).take(count) {
+    let mut read = 0;
+    for (slot, arg) in slots.iter_mut().zip(bytes.split(|&b| b == 0)).take(count) {
         let n = arg.len().min(forkprof_common::ARG_LEN - 1);
         slot[..n].copy_from_slice(&arg[..n]);
+        read += 1;
     }
-    slots
+    (slots, read)
 }
 
 /// The bytes of a record: what the kernel sends (used by tests, fuzzing and replay).
@@ -240,23 +254,37 @@ mod tests {
         let long = [b'x'; 100];
         let argv: [&[u8]; 10] = [b"cc", b"", &long, b"-c", b"a", b"b", b"c", b"d", b"e", b"f"];
         let a = attempt(1, 1, b"/bin/cc", &argv);
-        let slots = argv_slots(&a);
+        let (slots, read) = argv_slots(&a);
+        assert_eq!(read, 8, "the first ARG_SLOTS of 10");
         assert_eq!(c_bytes(&slots[0]), b"cc");
         assert_eq!(c_bytes(&slots[1]), b"");
         assert_eq!(c_bytes(&slots[2]), &long[..63]);
         assert_eq!(c_bytes(&slots[3]), b"-c");
         assert_eq!(c_bytes(&slots[7]), b"d");
-        // Bytes past `argv_len` (the 0xaa filler) are never read.
+        // Bytes past `argv_len` (the 0xaa filler) are never read: a record whose argc says
+        // more than its bytes hold has read only what they hold.
         let mut short = attempt(1, 1, b"/bin/sh", &[b"sh", b"-c"]);
         short.argc = 5;
-        let slots = argv_slots(&short);
+        let (slots, read) = argv_slots(&short);
+        assert_eq!(read, 2);
         assert_eq!(c_bytes(&slots[1]), b"-c");
         assert_eq!(slots[2], [0; forkprof_common::ARG_LEN]);
-        // A last string cut without its NUL, and a record that says more than it holds.
+        // A last string cut without its NUL counts, cut.
         short.argv_len = 4;
-        assert_eq!(c_bytes(&argv_slots(&short)[1]), b"-");
+        let (slots, read) = argv_slots(&short);
+        assert_eq!((c_bytes(&slots[1]), read), (&b"-"[..], 2));
         short.argv_len = u32::MAX;
         let _ = argv_slots(&short);
+        // None read; and an argv whose first string is empty is still read whole.
+        short.argv_len = 0;
+        assert_eq!(argv_slots(&short).1, 0);
+        let empty_first = attempt(1, 1, b"/bin/echo", &[b"", b"a", b"b"]);
+        let (slots, read) = argv_slots(&empty_first);
+        assert_eq!(
+            (read, c_bytes(&slots[0]), c_bytes(&slots[2])),
+            (3, &b""[..], &b"b"[..])
+        );
+        assert_eq!(argv_slots(&attempt(1, 1, b"/bin/x", &[b""])).1, 1);
     }
 
     #[test]

@@ -693,3 +693,54 @@ pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
         Err(format!("{}; {detail}", bad.join("; ")))
     }
 }
+
+/// `fp-workload exec-threads COUNT PROGRAM`, traced: both threads' `2 * count` failing execs
+/// of /nonexistent/fp-exec-both each recorded (ENOENT), the racing thread's failures of
+/// /nonexistent/fp-exec-race recorded as ENOENT only (its attempt cut short by the main
+/// thread's exec is not a failure: the kernel returns a restart code to a dying thread), and
+/// the main thread's exec of `program` recorded once. Returns a one-line summary, or what is
+/// wrong.
+pub fn check_exec_threads(report: &Value, count: u64, program: &str) -> Result<String, String> {
+    let mut attempts = Vec::new();
+    for p in report["processes"].as_array().ok_or("no processes array")? {
+        for e in p["execs"].as_array().ok_or("no execs array")? {
+            attempts.push((
+                e["path"].as_str().unwrap_or_default().to_string(),
+                e["errno"].as_i64().unwrap_or(-1),
+            ));
+        }
+    }
+    let (both, race) = ("/nonexistent/fp-exec-both", "/nonexistent/fp-exec-race");
+    let of = |path: &str| -> Vec<i64> {
+        attempts
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|&(_, errno)| errno)
+            .collect()
+    };
+    let (both_errnos, race_errnos) = (of(both), of(race));
+    let not_enoent = both_errnos
+        .iter()
+        .chain(&race_errnos)
+        .filter(|&&e| e != 2)
+        .count();
+    let succeeded = of(program).iter().filter(|&&e| e == 0).count();
+    let failed = report["summary"]["failed_execs"].as_u64();
+    let (n_both, n_race) = (both_errnos.len() as u64, race_errnos.len() as u64);
+    let detail = format!(
+        "{n_both} of {both}, {n_race} of {race}, {not_enoent} not ENOENT, {succeeded} exec of {program}, failed_execs {failed:?}"
+    );
+    if n_both == 2 * count
+        && n_race >= 10
+        && not_enoent == 0
+        && succeeded == 1
+        && failed == Some(n_both + n_race)
+    {
+        Ok(detail)
+    } else {
+        Err(format!(
+            "want {} of {both}, >= 10 of {race}, all ENOENT, one exec of {program}; {detail}",
+            2 * count
+        ))
+    }
+}

@@ -141,6 +141,67 @@ fn a_clone_childs_own_exit_signal_notifies_its_parent() {
     }
 }
 
+/// Threads of one process in execve at once each have their own attempt: two threads'
+/// failing execs are all counted (before, one attempt per process was kept, and 400 came
+/// out as a dozen), and a thread's failing execs do not hide the main thread's successful
+/// one (before, it was lost). The racing thread dies in the middle of an attempt when the
+/// main thread's exec kills it: that attempt is not a failure, and shows nowhere.
+#[test]
+fn concurrent_execs_of_one_processs_threads_are_each_recorded() {
+    needs_root!();
+    let w = workload();
+    let run = run_traced(
+        &[w.to_str().unwrap(), "exec-threads", "200", "/bin/true"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    assert_eq!(run.summary("lost_events"), 0);
+    let truth: serde_json::Value =
+        serde_json::from_str(run.stdout().lines().next().expect("fp-workload's line")).unwrap();
+    assert_eq!(truth["failed"], 400, "the workload's own count");
+    if let Err(e) = forkprof_tests::check_exec_threads(&run.report, 200, "/bin/true") {
+        panic!("{e}");
+    }
+}
+
+/// The arguments shown are the ones read: an argument past argv's first 1024 bytes is not
+/// shown as an empty string (argc still counts it), and an empty argv[0] hides nothing.
+#[test]
+fn the_arguments_shown_are_the_ones_read() {
+    needs_root!();
+    let w = workload();
+    let big = "x".repeat(100_000);
+    let cases: [(&[&str], &[&str], u64); 2] = [
+        (
+            &["/bin/true", "true", &big, "after-big"],
+            &["true", &big[..63]],
+            3,
+        ),
+        (&["/bin/echo", "", "a", "b"], &["", "a", "b"], 3),
+    ];
+    for (argv, shown, argc) in cases {
+        let mut cmd = vec![w.to_str().unwrap(), "execv"];
+        cmd.extend_from_slice(argv);
+        let run = run_traced(&cmd, |c| {
+            c.stdout(Stdio::null());
+        });
+        assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+        let execs = run.report["processes"][0]["execs"].as_array().unwrap();
+        let exec = execs
+            .iter()
+            .find(|e| e["path"] == argv[0])
+            .unwrap_or_else(|| panic!("no exec of {}: {execs:?}", argv[0]));
+        let args: Vec<&str> = exec["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(args, shown, "{}", argv[0]);
+        assert_eq!(exec["argc"], argc, "{}", argv[0]);
+    }
+}
+
 #[test]
 fn threads_are_counted_apart() {
     needs_root!();

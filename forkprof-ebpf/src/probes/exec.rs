@@ -18,18 +18,20 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use forkprof_common::{
-    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ProcState, active, kind, ld_state, nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ExecState, ProcState, active, kind, ld_state,
+    nr, stat,
 };
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window, syscalls::Abi};
-use crate::maps::{self, BtfPtr, EVENTS, regs};
+use crate::maps::{self, BtfPtr, EVENTS, EXEC_ATTEMPTS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
 const ARGC_COUNT_MAX: u32 = 512;
 
 /// Syscall entry: the attempt's times are kept in the process's own entry until the syscall
 /// returns. No map of its own: an attempt costs no hash insert, lookups and a delete of a
-/// record this size (docs/kernel-findings.md).
+/// record this size (docs/kernel-findings.md). Only a thread whose process's entry holds
+/// another thread's attempt in flight keeps its own in `EXEC_ATTEMPTS`.
 pub fn on_enter() {
     let (tgid, tid) = maps::current_ids();
     let Some(ps) = maps::proc_state(tgid, true) else {
@@ -38,16 +40,74 @@ pub fn on_enter() {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     let start = maps::now();
-    if ps.in_exec == 0 {
-        maps::active_add(active::EXECS, 1);
+    let attempt = ExecState {
+        start_ns: start,
+        prepared_at: 0,
+        loaded_at: 0,
+        tid: u64::from(tid),
+    };
+    match attempt_of(ps, tid) {
+        // The same thread again: its last attempt's return was not seen.
+        // SAFETY: this thread's attempt, which only this thread writes.
+        Some(a) => unsafe { a.write_volatile(attempt) },
+        None => {
+            // The entry's attempt is the first thread's to claim it.
+            if maps::claim_u64(&mut ps.exec.tid, u64::from(tid)) {
+                maps::store(&mut ps.exec.start_ns, start);
+                maps::store(&mut ps.exec.prepared_at, 0);
+                maps::store(&mut ps.exec.loaded_at, 0);
+            } else {
+                if EXEC_ATTEMPTS.insert(tid, attempt, 0).is_err() {
+                    maps::count_lost(stat::STATE_MAP_FULL);
+                    return;
+                }
+                maps::add_u32(&mut ps.exec_spilled, 1);
+            }
+            maps::add_u32(&mut ps.in_exec, 1);
+            maps::active_add(active::EXECS, 1);
+        }
     }
-    ps.in_exec = 1;
-    ps.exec_start_ns = start;
-    ps.exec_tid = tid;
-    maps::store(&mut ps.exec_prepared_at, 0);
-    maps::store(&mut ps.exec_loaded_at, 0);
     // Only a fork child's first attempt gets a child_run; later ones get 0.
-    ps.child_run_ns = close_child_run(ps, start);
+    let child_run = close_child_run(ps, start);
+    if child_run != 0 {
+        ps.child_run_ns = child_run;
+    }
+}
+
+/// Thread `tid`'s exec attempt in flight: in its process's entry, or in `EXEC_ATTEMPTS`
+/// (looked up only while the process has one there).
+#[inline(always)]
+fn attempt_of(ps: &mut ProcState, tid: u32) -> Option<*mut ExecState> {
+    if ps.exec.tid == u64::from(tid) {
+        return Some(&raw mut ps.exec);
+    }
+    if maps::load_u32(&ps.exec_spilled) == 0 {
+        return None;
+    }
+    EXEC_ATTEMPTS.get_ptr_mut(tid)
+}
+
+/// Ends thread `tid`'s exec attempt in flight and returns it.
+#[inline(always)]
+fn take_attempt(ps: &mut ProcState, tid: u32) -> Option<ExecState> {
+    let attempt = if ps.exec.tid == u64::from(tid) {
+        let a = ps.exec;
+        // The entry is free again once `tid` is 0: last.
+        maps::store(&mut ps.exec.tid, 0);
+        a
+    } else {
+        if maps::load_u32(&ps.exec_spilled) == 0 {
+            return None;
+        }
+        // SAFETY: this thread's map value.
+        let a = unsafe { *EXEC_ATTEMPTS.get_ptr(tid)? };
+        let _ = EXEC_ATTEMPTS.remove(tid);
+        maps::add_u32(&mut ps.exec_spilled, -1);
+        a
+    };
+    maps::add_u32(&mut ps.in_exec, -1);
+    maps::active_add(active::EXECS, -1);
+    Some(attempt)
 }
 
 /// A successful attempt's path and argv, at sched_process_exec(task, old_pid, bprm): the
@@ -203,38 +263,45 @@ fn arg_at(argv: u64, i: u32, abi: Abi) -> *const u8 {
     }
 }
 
-/// Process `tgid`'s exec attempt in flight, if any. Callers look at `ACTIVE` first, before
-/// they spend a helper call on the tgid.
+/// Process `tgid`'s state, while any of its threads is in an exec attempt. Callers look at
+/// `ACTIVE` first, before they spend a helper call on the tgid.
 #[inline(always)]
-fn exec_in_flight(tgid: u32) -> Option<&'static mut ProcState> {
+fn process_in_exec(tgid: u32) -> Option<&'static mut ProcState> {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *maps::proc_of(tgid)? };
-    (ps.in_exec != 0).then_some(ps)
+    (maps::load_u32(&ps.in_exec) != 0).then_some(ps)
 }
 
 pub fn on_prepare_exec() {
     if maps::active(active::EXECS) == 0 {
         return;
     }
-    let (tgid, _) = maps::current_ids();
-    if let Some(ps) = exec_in_flight(tgid) {
-        ps.exec_prepared_at = maps::now();
+    let (tgid, tid) = maps::current_ids();
+    if let Some(ps) = process_in_exec(tgid)
+        && let Some(a) = attempt_of(ps, tid)
+    {
+        // SAFETY: this thread's attempt.
+        unsafe { (*a).prepared_at = maps::now() };
     }
 }
 
 /// sched_process_exec(task, old_pid, bprm): the new image is loaded, and the attempt has
-/// succeeded. `task` is the current task.
+/// succeeded. `task` is the current task; `old_pid` is the thread that called exec, whose
+/// pid the exec changed to the tgid if it was not the main thread.
 pub fn on_process_exec(ctx: &BtfTracePointContext) {
     if maps::active(active::EXECS) == 0 {
         return;
     }
     let task = BtfPtr::new(ctx.arg(0));
     // The task's tgid by a load: no helper call.
-    let Some(ps) = exec_in_flight(task.u32_at(maps::layout().task_tgid)) else {
+    let Some(ps) = process_in_exec(task.u32_at(maps::layout().task_tgid)) else {
+        return;
+    };
+    let Some(mut attempt) = take_attempt(ps, ctx.arg::<u64>(1) as u32) else {
         return;
     };
     let end = maps::now();
-    ps.exec_loaded_at = end;
+    attempt.loaded_at = end;
     // From exec to its first return, the task's compat status is the new image's.
     let abi = if maps::is_compat(task) {
         Abi::Ia32
@@ -243,12 +310,19 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     };
     finish(
         ps,
+        &attempt,
         end,
         0,
         abi,
         ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))),
     );
 }
+
+/// The kernel's codes for a syscall that a signal interrupted and that is restarted (its
+/// entry comes again: a new attempt) or never returns to user space (the thread dies, as
+/// every other thread of a process does when one of them execs). Not failures.
+const ERESTARTSYS: i64 = 512;
+const ERESTART_RESTARTBLOCK: i64 = 516;
 
 /// The exec syscall returns. A successful attempt has ended at sched_process_exec already,
 /// so only failures are left here (and a success whose sched_process_exec was not seen).
@@ -257,25 +331,26 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
         return;
     }
     let (tgid, tid) = maps::current_ids();
-    let Some(ps) = exec_in_flight(tgid) else {
+    let Some(ps) = process_in_exec(tgid) else {
         return;
     };
-    // Two threads' attempts at once: the window is the latest attempt's, and another
-    // thread's failure does not close it.
-    if ret != 0 && tid != ps.exec_tid {
+    let Some(attempt) = take_attempt(ps, tid) else {
+        return;
+    };
+    if (-ERESTART_RESTARTBLOCK..=-ERESTARTSYS).contains(&ret) {
         return;
     }
     // A failure before the point of no return leaves the caller's memory as it was: its
     // path and argv are read there. After it (the new image could not be set up, and the
     // process dies of SIGSEGV) that memory is gone, and there is nothing to read.
-    let args = if ret != 0 && ps.exec_loaded_at == 0 && ps.exec_prepared_at == 0 {
+    let args = if ret != 0 && attempt.loaded_at == 0 && attempt.prepared_at == 0 {
         ArgsFrom::Caller(regs, id, abi)
     } else {
         ArgsFrom::Nowhere
     };
     let errno = if ret < 0 { -ret as i32 } else { 0 };
     // A success's `abi` is the new image's: the exec rewrote the number and compat status.
-    finish(ps, maps::now(), errno, abi, args);
+    finish(ps, &attempt, maps::now(), errno, abi, args);
 }
 
 /// Where an attempt's path and argv are read from.
@@ -294,9 +369,7 @@ enum ArgsFrom {
 /// dynamic linker is i386 ld.so, whose syscalls the window's state machine does not read (it
 /// sets TLS with set_thread_area, not arch_prctl): it gets none.
 #[inline(always)]
-fn finish(ps: &mut ProcState, end: u64, errno: i32, abi: Abi, args: ArgsFrom) {
-    ps.in_exec = 0;
-    maps::active_add(active::EXECS, -1);
+fn finish(ps: &mut ProcState, attempt: &ExecState, end: u64, errno: i32, abi: Abi, args: ArgsFrom) {
     let (mut cow_faults, mut cow_fault_ns) = (0, 0);
     if errno == 0 {
         let cow = close_cow_window(ps);
@@ -324,11 +397,11 @@ fn finish(ps: &mut ProcState, end: u64, errno: i32, abi: Abi, args: ArgsFrom) {
     // SAFETY: the reservation is ours until submitted; every field the agent reads is
     // written below.
     let rec = unsafe { &mut *entry.as_mut_ptr() };
-    let start = ps.exec_start_ns;
-    let prepared_at = ps.exec_prepared_at;
-    let loaded_at = ps.exec_loaded_at;
+    let start = attempt.start_ns;
+    let prepared_at = attempt.prepared_at;
+    let loaded_at = attempt.loaded_at;
     maps::set_header(&mut rec.hdr, kind::EXEC_ATTEMPT, end, ps.key);
-    rec.tid = ps.exec_tid;
+    rec.tid = attempt.tid as u32;
     rec.errno = errno;
     rec.start_ns = start;
     rec.exec_prepare_ns = if prepared_at != 0 {

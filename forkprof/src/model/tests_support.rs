@@ -57,6 +57,8 @@ pub fn exec(proc: ProcKey, ts: u64, path: &[u8], errno: i32, cow: u64) -> Record
         cow_fault_ns: 0,
         child_run_ns: 0,
         cgroup_id: 0,
+        args_read: 1,
+        _pad: 0,
         path: [0; PATH_LEN],
         args: [[0; ARG_LEN]; ARG_SLOTS],
     };

@@ -62,11 +62,10 @@ pub struct ExecAttempt {
 
 impl ExecAttempt {
     fn new(r: &ExecRecord, path: Shared, keep_args: bool) -> Self {
-        // An empty argv[0] slot means the arguments were not recorded (--no-args).
-        let shown = if r.args[0][0] == 0 || !keep_args {
-            0
+        let shown = if keep_args {
+            (r.args_read as usize).min(r.args.len())
         } else {
-            (r.argc as usize).min(r.args.len())
+            0
         };
         Self {
             ts_ns: r.hdr.ts_ns,

@@ -510,13 +510,19 @@ fn exec_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
         child_run_ns: ns(r, 14)?,
         cow_fault_ns: ns(r, 15)?,
         cgroup_id: ns(r, 16)?,
+        args_read: 0,
+        _pad: 0,
         path: [0; PATH_LEN],
         args: [[0; ARG_LEN]; ARG_SLOTS],
     };
     fill(&mut rec.path, r.get_ref(4)?);
-    if let ValueRef::Text(a) | ValueRef::Blob(a) = r.get_ref(5)? {
+    // NUL-separated; NULL or empty: none (`--no-args`, or none read).
+    if let ValueRef::Text(a) | ValueRef::Blob(a) = r.get_ref(5)?
+        && !a.is_empty()
+    {
         for (slot, arg) in rec.args.iter_mut().zip(a.split(|&b| b == 0)) {
             fill(slot, ValueRef::Blob(arg));
+            rec.args_read += 1;
         }
     }
     Ok(Record::Exec(Box::new(rec)))

@@ -105,8 +105,10 @@ fn insert(tx: &Transaction<'_>, record: &Record, keep_args: bool) -> rusqlite::R
             ])?;
         }
         Record::Exec(r) => {
-            let shown = (r.argc as usize).min(r.args.len());
-            let args = keep_args.then(|| {
+            // NULL when none was read. (So an argv of one empty string reads back as none,
+            // as in recordings written before `args_read`.)
+            let shown = (r.args_read as usize).min(r.args.len());
+            let args = (keep_args && shown > 0).then(|| {
                 r.args[..shown]
                     .iter()
                     .map(|a| c_bytes(a))

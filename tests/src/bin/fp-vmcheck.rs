@@ -857,6 +857,14 @@ fn guest() -> i32 {
     }
     t.check("exit-codes", exit_codes());
     t.check("failed-exec", failed_exec());
+    t.check(
+        "exec-threads",
+        run_report(
+            &[WORKLOAD, "exec-threads", "50", DYN],
+            "/tmp/exec-threads.json",
+        )
+        .and_then(|r| forkprof_tests::check_exec_threads(&r, 50, DYN)),
+    );
     t.check("ia32", ia32(&[]));
     t.check("ia32-tracepoints", ia32(&["FORKPROF_TEST_NO_FENTRY=1"]));
     t.check("static-start", static_start());

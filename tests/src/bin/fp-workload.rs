@@ -21,6 +21,7 @@
 //!   mix COUNT PROGRAM              COUNT children each by fork, vfork and posix_spawn, in
 //!                                  that order, each exec'ing PROGRAM and waited for
 //!   execvp NAME                    execvp(NAME) with the caller's PATH; prints the errno
+//!   execv PATH ARG0 [ARGS...]      execv(PATH) with exactly that argv (ARG0 may be empty)
 //!   exit CODE                      exit with CODE
 //!   kill SIGNAL                    kill itself with SIGNAL
 //!   cow PAGES                      fork a child that waits, write PAGES pages in the parent,
@@ -30,6 +31,10 @@
 //!   reuse                          fork a child that execs /bin/true, then (setting
 //!                                  kernel.ns_last_pid) one that gets the same pid and execs
 //!                                  /bin/false; prints the pid (needs root)
+//!   exec-threads COUNT PROGRAM     two threads each make COUNT failing execs of
+//!                                  /nonexistent/fp-exec-both at once; then a thread loops on
+//!                                  failing execs of /nonexistent/fp-exec-race while the main
+//!                                  thread execs PROGRAM. Prints `{"failed":2*COUNT}` first
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -612,12 +617,59 @@ fn main() {
             die("no pid was reused in 500 tries");
         }
         "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),
+        "execv" => {
+            let strings: Vec<CString> = args[2..].iter().map(|a| cstring(a)).collect();
+            let mut argv: Vec<*const libc::c_char> = strings.iter().map(|a| a.as_ptr()).collect();
+            argv.push(std::ptr::null());
+            let path = cstring(arg(1));
+            // SAFETY: valid NUL-terminated argv.
+            unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
+            die("execv failed");
+        }
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),
         "kill" => {
             let sig: i32 = arg(1).parse().unwrap_or_else(|_| die("bad SIGNAL"));
             // SAFETY: plain syscalls.
             unsafe { libc::kill(libc::getpid(), sig) };
             die("still alive after kill");
+        }
+        "exec-threads" => {
+            let count: u32 = arg(1).parse().unwrap_or_else(|_| die("bad COUNT"));
+            let program = cstring(arg(2));
+            // Failing execs (ENOENT) of `path`, `n` of them or until told to stop; counted.
+            fn fail(path: &'static str, n: u32, done: &std::sync::atomic::AtomicU32) {
+                let p = cstring(path);
+                let argv = [p.as_ptr(), std::ptr::null()];
+                let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+                for _ in 0..n {
+                    // SAFETY: valid NUL-terminated argv and envp; the exec fails.
+                    unsafe { libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            static BOTH: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            static RACE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let both: Vec<_> = (0..2)
+                .map(|_| {
+                    std::thread::spawn(move || fail("/nonexistent/fp-exec-both", count, &BOTH))
+                })
+                .collect();
+            for t in both {
+                t.join().unwrap_or_else(|_| die("thread panicked"));
+            }
+            println!(
+                "{{\"failed\":{}}}",
+                BOTH.load(std::sync::atomic::Ordering::SeqCst)
+            );
+            std::thread::spawn(|| fail("/nonexistent/fp-exec-race", u32::MAX, &RACE));
+            while RACE.load(std::sync::atomic::Ordering::SeqCst) < 10 {
+                std::hint::spin_loop();
+            }
+            let argv = [program.as_ptr(), std::ptr::null()];
+            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+            // SAFETY: valid NUL-terminated argv and envp.
+            unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+            die("exec of PROGRAM failed");
         }
         "demo" => {
             spawn("fork", 20, Some("/bin/true"));

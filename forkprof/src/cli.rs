@@ -186,6 +186,68 @@ pub struct RecordingArgs {
     pub force: bool,
 }
 
+/// Why a command's report outputs (`flag`, path) may not be written: one is a file the
+/// command reads or records to (`inputs`), two are the same file, or one is an existing
+/// SQLite database (a recording, most likely), which no report output overwrites. Checked
+/// with the invoking user's view of the paths (see `privilege::as_user`).
+pub fn refuse_outputs(
+    inputs: &[&std::path::Path],
+    outputs: &[(&str, &std::path::Path)],
+) -> Option<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let user = crate::privilege::InvokingUser::from_env().ok().flatten();
+    let check = || -> anyhow::Result<Option<String>> {
+        // A regular file's identity; devices and pipes (/dev/null, /dev/stdout) may be
+        // given more than once.
+        let id = |p: &std::path::Path| {
+            std::fs::metadata(p)
+                .ok()
+                .filter(|m| m.is_file())
+                .map(|m| (m.dev(), m.ino()))
+        };
+        for (i, &(flag, out)) in outputs.iter().enumerate() {
+            let Some(out_id) = id(out) else {
+                // Not there yet: only the same path given twice is the same file.
+                if let Some((other, _)) = outputs[..i].iter().find(|(_, p)| *p == out) {
+                    return Ok(Some(format!(
+                        "{} is given to both {other} and {flag}; give each its own file",
+                        out.display()
+                    )));
+                }
+                continue;
+            };
+            if let Some(input) = inputs.iter().find(|p| id(p) == Some(out_id)) {
+                return Ok(Some(format!(
+                    "{flag} {} is the recording {}; give another file",
+                    out.display(),
+                    input.display()
+                )));
+            }
+            if let Some((other, _)) = outputs[..i].iter().find(|(_, p)| id(p) == Some(out_id)) {
+                return Ok(Some(format!(
+                    "{} is given to both {other} and {flag}; give each its own file",
+                    out.display()
+                )));
+            }
+            let mut magic = [0u8; 16];
+            let is_sqlite = std::fs::File::open(out)
+                .and_then(|mut f| f.read_exact(&mut magic))
+                .is_ok()
+                && &magic == b"SQLite format 3\0";
+            if is_sqlite {
+                return Ok(Some(format!(
+                    "{flag} {} is a SQLite database (a recording?); a report does not overwrite \
+                     one: remove it first, or give another file",
+                    out.display()
+                )));
+            }
+        }
+        Ok(None)
+    };
+    crate::privilege::as_user(user.as_ref(), check).unwrap_or_else(|e| Some(format!("{e:#}")))
+}
+
 /// Why a recording may not be written to `path`: it exists and `--force` was not given.
 pub fn refuse_overwrite(path: &std::path::Path, force: bool) -> Option<String> {
     (!force && path.exists()).then(|| {

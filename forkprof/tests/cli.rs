@@ -54,6 +54,59 @@ fn an_existing_recording_is_not_overwritten_without_force() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// No output of a report is written over a recording: not the one it reads (by its path or
+/// through a symlink), not another (any SQLite file), not `run`'s own `-o`, and not one
+/// output over another. Before, `report s.db --flamegraph s.db` turned the recording into an
+/// SVG and exited 0.
+#[test]
+fn a_report_never_overwrites_a_recording() {
+    let dir = tempdir("outputs");
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db");
+    let db = dir.join("s.db");
+    std::fs::copy(&demo, &db).unwrap();
+    let other = dir.join("other.db");
+    std::fs::copy(&demo, &other).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&db, &link).unwrap();
+    let (db_s, other_s, link_s) = (
+        db.to_str().unwrap(),
+        other.to_str().unwrap(),
+        link.to_str().unwrap(),
+    );
+    let svg = dir.join("f.svg");
+    let svg_s = svg.to_str().unwrap();
+    for out in ["--flamegraph", "--folded", "--perfetto"] {
+        assert_refused(&["report", db_s, out, db_s], "is the recording");
+        assert_refused(&["report", db_s, out, link_s], "is the recording");
+        assert_refused(&["report", db_s, out, other_s], "SQLite database");
+    }
+    assert_refused(
+        &["report", db_s, "--flamegraph", svg_s, "--folded", svg_s],
+        "given to both",
+    );
+    assert_refused(
+        &["run", "--report", other_s, "--", "true"],
+        "SQLite database",
+    );
+    assert_refused(
+        &["run", "-o", svg_s, "--report", svg_s, "--", "true"],
+        "given to both",
+    );
+    assert_refused(
+        &["export", db_s, "--parquet", link_s, "--force"],
+        "is the recording",
+    );
+    assert_refused(
+        &["diff", db_s, other_s, "--flamegraph", other_s],
+        "is the recording",
+    );
+    for kept in [&db, &other] {
+        assert_eq!(std::fs::read(kept).unwrap(), std::fs::read(&demo).unwrap());
+    }
+    assert!(!svg.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A closed pipe is a normal end (`forkprof report FILE | head -1`): exit 0, no error line.
 /// It used to print an error and exit 1 (JSON) or abort.
 #[test]

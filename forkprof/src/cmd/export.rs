@@ -42,13 +42,11 @@ mod enabled {
             eprintln!("forkprof: {why}");
             return Ok(2);
         }
-        if let (Ok(a), Ok(b)) = (args.file.canonicalize(), args.parquet.canonicalize())
-            && a == b
+        // With --force too: the recording is never its own export.
+        if let Some(why) =
+            crate::cli::refuse_outputs(&[&args.file], &[("--parquet", &args.parquet)])
         {
-            eprintln!(
-                "forkprof: {} is the recording itself; give another file",
-                args.parquet.display()
-            );
+            eprintln!("forkprof: {why}");
             return Ok(2);
         }
         // Exec arguments are not exported: they are never read.

@@ -21,6 +21,18 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         eprintln!("forkprof: --from {from:?} is not before --to {to:?}: the range holds nothing");
         return Ok(2);
     }
+    let outputs: Vec<(&str, &std::path::Path)> = [
+        ("--flamegraph", &args.flamegraph),
+        ("--folded", &args.folded),
+        ("--perfetto", &args.perfetto),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| Some((flag, p.as_deref()?)))
+    .collect();
+    if let Some(why) = crate::cli::refuse_outputs(&[&args.file], &outputs) {
+        eprintln!("forkprof: {why}");
+        return Ok(2);
+    }
     let (recording, mut start) = match open_recording(&args.file, args.processes) {
         Ok(opened) => opened,
         Err(code) => return Ok(code),

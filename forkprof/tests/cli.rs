@@ -107,6 +107,31 @@ fn a_report_never_overwrites_a_recording() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A negative duration in a recording (tampered, or written by a build whose concurrent
+/// execs mixed their times) is refused as corrupt, exit 2: it used to read as 2^64 ns less a
+/// little, and the report showed 18446744073 s of exec.
+#[test]
+fn a_negative_duration_is_a_corrupt_recording() {
+    let dir = tempdir("negative");
+    let db = dir.join("t.db");
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db"),
+        &db,
+    )
+    .unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("UPDATE execs SET exec_ns = -5 WHERE rowid = 3", [])
+        .unwrap();
+    drop(conn);
+    for format in ["table", "json"] {
+        assert_refused(
+            &["report", db.to_str().unwrap(), "--format", format],
+            "exec_ns is -5, below 0",
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A closed pipe is a normal end (`forkprof report FILE | head -1`): exit 0, no error line.
 /// It used to print an error and exit 1 (JSON) or abort.
 #[test]

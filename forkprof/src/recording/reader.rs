@@ -564,8 +564,19 @@ fn header(r: &rusqlite::Row, kind: u32) -> rusqlite::Result<RecordHeader> {
 }
 
 /// A nanosecond (or other unsigned) column, stored as SQLite's signed integer.
+/// A time, duration, count or id column: never negative (the writer stores them from u64s
+/// below 2^63). A negative one is a corrupt row, refused rather than read as 2^64 less a
+/// little, which made totals of 18446744073 s.
 fn ns(r: &rusqlite::Row, i: usize) -> rusqlite::Result<u64> {
-    Ok(r.get::<_, i64>(i)? as u64)
+    let v = r.get::<_, i64>(i)?;
+    u64::try_from(v).map_err(|_| {
+        let column = r.as_ref().column_name(i).unwrap_or("?").to_string();
+        rusqlite::Error::FromSqlConversionFailure(
+            i,
+            rusqlite::types::Type::Integer,
+            format!("{column} is {v}, below 0").into(),
+        )
+    })
 }
 
 /// A comm column, as the kernel's NUL-terminated buffer.

@@ -132,6 +132,39 @@ fn a_negative_duration_is_a_corrupt_recording() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A recording whose recorder never finished it (killed, or its disk filled) says so: in
+/// the table's header and as `"unfinished": true` in JSON. A `--from`/`--to` report gives
+/// the run's whole time and the part it covers (it used to give the part as the run's time).
+#[test]
+fn an_unfinished_recording_and_a_window_are_said() {
+    let dir = tempdir("unfinished");
+    let db = dir.join("u.db");
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db");
+    std::fs::copy(&demo, &db).unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("DELETE FROM meta WHERE key = 'ended_ns'", [])
+        .unwrap();
+    drop(conn);
+    let table = forkprof(&["report", db.to_str().unwrap()]);
+    assert!(table.status.success());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("unfinished: the recorder stopped"), "{text}");
+    let json = forkprof(&["report", db.to_str().unwrap(), "--format", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["unfinished"], true);
+    // The finished original says neither.
+    let demo_s = demo.to_str().unwrap();
+    let whole = forkprof(&["report", demo_s]);
+    assert!(!String::from_utf8_lossy(&whole.stdout).contains("unfinished"));
+    let part = forkprof(&["report", demo_s, "--from", "100ms", "--to", "200ms"]);
+    let text = String::from_utf8_lossy(&part.stdout);
+    assert!(
+        text.contains("after 644.3 ms; this report covers 100.0 ms to 200.0 ms of it"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A closed pipe is a normal end (`forkprof report FILE | head -1`): exit 0, no error line.
 /// It used to print an error and exit 1 (JSON) or abort.
 #[test]

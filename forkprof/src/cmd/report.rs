@@ -148,7 +148,9 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             .and_then(|()| Ok(timeline_file.as_mut().map(|f| f.flush()).transpose()?))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let report = builder.finish(&trace, None);
+    let mut report = builder.finish(&trace, None);
+    // `record` and `run -o` write `ended_ns` when they finish.
+    report.unfinished = !recording.meta.contains_key("ended_ns");
     if let Some(path) = &args.folded {
         let mut f = create_private_file(path, owner.as_ref())?;
         output::flamegraph::write_folded(&report, &mut f)

@@ -20,7 +20,15 @@ pub struct Report {
     pub command: Vec<String>,
     /// The command's exit (`run` only).
     pub exit: Option<ExitStatus>,
+    /// The wall time the report covers: the run's, or `window`'s part of it.
     pub wall_ns: u64,
+    /// The part of the run a `--from`/`--to` report covers (absent: all of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<Window>,
+    /// The recording was not finished: its recorder stopped before its end (it was killed,
+    /// or could not write), and what came after is neither in it nor counted as lost.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unfinished: bool,
     pub summary: SummaryCounts,
     pub methods: BTreeMap<&'static str, u64>,
     /// Which kernel hook measured each phase.
@@ -40,6 +48,15 @@ pub struct Report {
     /// Total spawn cost per ancestry stack ("make;sh;cc1" -> ns), when `Context::folded`.
     #[serde(skip)]
     pub folded: Option<Vec<(String, u64)>>,
+}
+
+/// The part of a run a report covers, in ns from the first record.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Window {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    /// The whole run's wall time.
+    pub run_ns: u64,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -748,6 +765,15 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
             command: ctx.command.clone(),
             exit: ctx.exit,
             wall_ns,
+            window: (ctx.filter.from_ns.is_some() || ctx.filter.to_ns.is_some()).then(|| {
+                let to_ns = ctx.filter.to_ns.map_or(ctx.wall_ns, |t| t.min(ctx.wall_ns));
+                Window {
+                    from_ns: ctx.filter.from_ns.unwrap_or(0).min(to_ns),
+                    to_ns,
+                    run_ns: ctx.wall_ns,
+                }
+            }),
+            unfinished: false,
             summary,
             methods: self.methods,
             sources: ctx.sources.clone(),

@@ -205,17 +205,35 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         None => "ran".to_string(),
     };
     writeln!(out)?;
-    if report.command.is_empty() {
+    // The run's whole time; a `--from`/`--to` report says which part of it it covers.
+    let run_ns = report.window.map_or(report.wall_ns, |w| w.run_ns);
+    let mut text = if report.command.is_empty() {
         // `record`: no command, the system or a process tree for a while.
-        let text = format!("forkprof: a recording of {}", duration(report.wall_ns));
-        prose(out, width, &text, "  ")?;
+        format!("forkprof: a recording of {}", duration(run_ns))
     } else {
-        let text = format!(
+        format!(
             "forkprof: `{}` {how} after {}",
             report.command.join(" "),
-            duration(report.wall_ns)
-        );
-        prose(out, width, &text, "  ")?;
+            duration(run_ns)
+        )
+    };
+    if let Some(w) = report.window {
+        text.push_str(&format!(
+            "; this report covers {} to {} of it",
+            duration(w.from_ns),
+            duration(w.to_ns)
+        ));
+    }
+    prose(out, width, &text, "  ")?;
+    if report.unfinished {
+        prose(
+            out,
+            width,
+            "  unfinished: the recorder stopped before the end (it was killed, or could not \
+             write); what it committed is here, and what came after is neither here nor \
+             counted as lost",
+            "    ",
+        )?;
     }
     let mut counts = vec![
         format!("processes {}", s.processes),

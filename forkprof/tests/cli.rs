@@ -165,6 +165,25 @@ fn an_unfinished_recording_and_a_window_are_said() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A failed write says where it was going (it used to be only "No space left on device").
+#[test]
+fn a_failed_write_names_its_file() {
+    let demo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db");
+    for format in ["table", "json", "csv"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+            .args(["report", demo.to_str().unwrap(), "--format", format])
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{format}: {err}");
+        assert!(
+            err.contains("cannot write the report to stdout") && err.contains("No space"),
+            "{format}: {err}"
+        );
+    }
+}
+
 /// A closed pipe is a normal end (`forkprof report FILE | head -1`): exit 0, no error line.
 /// It used to print an error and exit 1 (JSON) or abort.
 #[test]

@@ -202,6 +202,19 @@ fn the_arguments_shown_are_the_ones_read() {
     }
 }
 
+/// A report that cannot be written says where it was going, and forkprof exits 1.
+#[test]
+fn a_report_that_cannot_be_written_names_its_file() {
+    needs_root!();
+    let out = Command::new(forkprof())
+        .args(["run", "--report", "/dev/full", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot write the report to /dev/full"), "{err}");
+}
+
 #[test]
 fn threads_are_counted_apart() {
     needs_root!();

@@ -163,13 +163,17 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     }
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match args.format {
-        Format::Table => {
-            output::table::write(&report, args.top, output::width::stdout(), &mut out)?
+    let written = (|| {
+        match args.format {
+            Format::Table => {
+                output::table::write(&report, args.top, output::width::stdout(), &mut out)?
+            }
+            Format::Json => output::json::write_with_rows(&report, rows, &mut out)?,
+            Format::Csv => output::csv::write(&report, by, &mut out)?,
         }
-        Format::Json => output::json::write_with_rows(&report, rows, &mut out)?,
-        Format::Csv => output::csv::write(&report, by, &mut out)?,
-    }
-    out.flush()?;
+        out.flush()?;
+        anyhow::Ok(())
+    })();
+    written.context("cannot write the report to stdout")?;
     Ok(0)
 }

@@ -219,18 +219,24 @@ pub fn write_report(
         Some(path) => Box::new(create_private_file(path, owner)?),
         None => Box::new(std::io::stderr().lock()),
     };
-    if args.json {
-        output::json::write(report, &mut out)?;
-    } else {
-        // Fit the terminal only when the report goes to it (stderr), not to a file.
-        let width = match args.report {
-            None => output::width::stderr(),
-            Some(_) => None,
-        };
-        output::table::write(report, args.top, width, &mut out)?;
-    }
-    out.flush()?;
-    Ok(())
+    let written = (|| {
+        if args.json {
+            output::json::write(report, &mut out)?;
+        } else {
+            // Fit the terminal only when the report goes to it (stderr), not to a file.
+            let width = match args.report {
+                None => output::width::stderr(),
+                Some(_) => None,
+            };
+            output::table::write(report, args.top, width, &mut out)?;
+        }
+        out.flush()?;
+        anyhow::Ok(())
+    })();
+    written.with_context(|| match &args.report {
+        Some(path) => format!("cannot write the report to {}", path.display()),
+        None => "cannot write the report to stderr".to_string(),
+    })
 }
 
 fn wait_for(pid: u32) -> Result<ExitStatus> {

@@ -156,7 +156,7 @@ impl From<LiveGroupArg> for crate::model::top::GroupMode {
 #[derive(Args, Debug)]
 pub struct MonitorArgs {
     /// Address to serve /metrics on.
-    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT")]
+    #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT", value_parser = listen_address)]
     pub listen: String,
     /// Binaries exported with their own series (by total spawn cost); the rest are `other`.
     #[arg(long, visible_alias = "top", default_value_t = 20, value_name = "K")]
@@ -296,6 +296,20 @@ fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// A count that must be at least 1 (`--top`).
+/// HOST:PORT (an IPv6 address in brackets), the port a number below 65536 (0: any free
+/// one). Whether the host resolves and the port is free is found out when binding (exit 1).
+fn listen_address(s: &str) -> Result<String, String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or("want HOST:PORT, such as 127.0.0.1:9464 or [::1]:9464")?;
+    if host.is_empty() {
+        return Err("no host before the port: want HOST:PORT, such as 0.0.0.0:9464".into());
+    }
+    port.parse::<u16>()
+        .map_err(|_| format!("port {port:?} is not a number from 0 to 65535"))?;
+    Ok(s.to_string())
+}
+
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>().map_err(|e| e.to_string())? {
         0 => Err("must be at least 1".into()),

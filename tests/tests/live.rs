@@ -290,12 +290,44 @@ fn monitor_is_scraped_by_a_real_prometheus() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A malformed address is refused when the command line is parsed (exit 2); one that cannot
+/// be bound (busy, or no such host) exits 1; with port 0 the port the kernel chose is the
+/// one printed, not 0.
 #[test]
 fn monitor_on_a_busy_or_bad_address_exits_1() {
     needs_root!();
+    for malformed in ["not-an-address", "127.0.0.1:99999", ":9464"] {
+        let out = Command::new(forkprof())
+            .args(["monitor", "--listen", malformed])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{malformed}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("invalid value"));
+    }
+    let mut any = Command::new(forkprof())
+        .args(["monitor", "--listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(any.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(any.id() as i32, libc::SIGTERM) };
+    assert_eq!(any.wait().unwrap().code(), Some(0));
+    let port: u16 = line
+        .trim()
+        .strip_prefix("forkprof: serving metrics at http://127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_ne!(port, 0, "{line}");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
-    for bad in [addr.as_str(), "256.1.1.1:80", "not-an-address"] {
+    for bad in [addr.as_str(), "256.1.1.1:80", "no-such-host.invalid:80"] {
         let out = Command::new(forkprof())
             .args(["monitor", "--listen", bad])
             .output()

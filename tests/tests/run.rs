@@ -212,7 +212,10 @@ fn a_report_that_cannot_be_written_names_its_file() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("cannot write the report to /dev/full"), "{err}");
+    assert!(
+        err.contains("cannot write the report to /dev/full"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -35,6 +35,7 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             return Ok(1);
         }
     };
+    let local = listener.local_addr().ok();
     let mut session = LiveSession::start_in(scope.as_ref(), true)?;
     // A scope's cgroup that is removed leaves the metrics as they are (said once on stderr):
     // a scrape keeps working, and nothing new is counted.
@@ -78,10 +79,9 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
             })
             .await
     });
-    eprintln!(
-        "forkprof: serving metrics at http://{}/metrics",
-        args.listen
-    );
+    // The address bound: with port 0, the one the kernel chose.
+    let bound = local.map_or_else(|| args.listen.clone(), |a| a.to_string());
+    eprintln!("forkprof: serving metrics at http://{bound}/metrics");
     let mut signals = StopSignals::new()?;
     loop {
         let stop = runtime.block_on(session.run_until(signals.or_after(Some(UPDATE_EVERY))))?;

@@ -80,6 +80,13 @@ fn top_in_a_real_terminal() {
     wait_for("help", Duration::from_secs(5), || {
         t.screen().contains("this help").then_some(String::new())
     });
+    // Esc closes the help; top goes on (it used to quit).
+    t.keys(&["Escape"]);
+    wait_for("help closed", Duration::from_secs(5), || {
+        let screen = t.screen();
+        (!screen.contains("this help") && screen.contains("BINARY")).then_some(String::new())
+    });
+    assert!(t.alternate_screen(), "top still runs");
     t.keys(&["q"]);
     wait_for("the shell back", Duration::from_secs(10), || {
         (!t.alternate_screen()).then_some(String::new())

@@ -142,6 +142,8 @@ pub fn run(args: TopArgs) -> Result<i32> {
                 continue;
             }
             match key.code {
+                // Esc closes the help first, as in most full-screen programs.
+                KeyCode::Esc if state.help => state.help = false,
                 KeyCode::Char('q') | KeyCode::Esc => return Ok(0),
                 KeyCode::Char('g') => state.group = state.group.next(),
                 KeyCode::Char('s') => state.sort = state.sort.next(),

@@ -249,7 +249,7 @@ fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
     let text = vec![
         Line::from(" forkprof top: process creation on this machine, per binary, cgroup or unit"),
         Line::from(""),
-        Line::from(" q, Esc    quit"),
+        Line::from(" q, Esc    quit (Esc here closes this help)"),
         Line::from(format!(
             " g         group rows by the next of binary, cgroup, unit (now: {})",
             group.name()
@@ -257,7 +257,7 @@ fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
         Line::from(" s         sort by the next column (spawns/s, mean cost, total cost, name)"),
         Line::from(" /         filter rows by name (Enter ends, Esc clears)"),
         Line::from(" p, space  pause / resume"),
-        Line::from(" h, ?      this help"),
+        Line::from(" h, ?      this help, open or closed"),
         Line::from(""),
         Line::from(" Rows are the processes that finished in the last interval;"),
         Line::from(" TOTAL counts them since top started. Mean cost is spawn_cost;"),

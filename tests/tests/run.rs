@@ -370,6 +370,34 @@ fn missing_command_exits_127_like_a_shell() {
         err.trim(),
         "forkprof: fp-no-such-command-anywhere: command not found"
     );
+    // An empty name is no command either (it used to be "Permission denied", 126).
+    let out = Command::new(forkprof())
+        .args(["run", "--", ""])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "forkprof: : command not found"
+    );
+    // A script that exists, whose interpreter does not: the kernel says ENOENT, and
+    // forkprof says what is missing.
+    let dir = tempdir();
+    let script = dir.join("fp-bad-interpreter.sh");
+    std::fs::write(&script, "#!/nonexistent/fp-interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(forkprof())
+        .args(["run", "--"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("its interpreter (#! line or ELF loader) was not found"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -27,6 +27,10 @@ fn resolve(program: &OsStr) -> Result<PathBuf, i32> {
         use std::os::unix::fs::PermissionsExt as _;
         Some(meta.is_file() && meta.permissions().mode() & 0o111 != 0)
     };
+    // As a shell: an empty name is no command (it would otherwise join PATH's directories).
+    if program.is_empty() {
+        return Err(EXIT_NOT_FOUND);
+    }
     if program.as_bytes().contains(&b'/') {
         let p = PathBuf::from(program);
         return match executable(&p) {
@@ -168,7 +172,15 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
                 std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
                 _ => EXIT_NOT_EXECUTABLE,
             };
-            eprintln!("forkprof: {}: {e}", escape(program.as_bytes()));
+            // The file was found above: ENOENT now is what it needs to run.
+            if code == EXIT_NOT_FOUND && resolved.exists() {
+                eprintln!(
+                    "forkprof: {}: cannot execute: its interpreter (#! line or ELF loader) was not found",
+                    escape(program.as_bytes())
+                );
+            } else {
+                eprintln!("forkprof: {}: {e}", escape(program.as_bytes()));
+            }
             return Ok(code);
         }
     };
@@ -268,5 +280,6 @@ mod tests {
         );
         assert_eq!(resolve(OsStr::new("/nonexistent/x")), Err(EXIT_NOT_FOUND));
         assert_eq!(resolve(OsStr::new("/etc/passwd")), Err(EXIT_NOT_EXECUTABLE));
+        assert_eq!(resolve(OsStr::new("")), Err(EXIT_NOT_FOUND));
     }
 }

@@ -274,6 +274,9 @@ fn a_full_disk_stops_the_recording_not_the_report() {
     );
     assert!(err.contains("full"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // The cause is said once, when the writing stopped; the end says what it means.
+    assert_eq!(err.matches("database or disk is full").count(), 1, "{err}");
+    assert!(err.contains("is incomplete: its writing stopped"), "{err}");
     // The report still came out, complete.
     let json_start = err.find('{').expect("the JSON report on stderr");
     let report: serde_json::Value = serde_json::Deserializer::from_str(&err[json_start..])

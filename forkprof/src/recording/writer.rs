@@ -51,6 +51,8 @@ pub struct Writer {
     handle: JoinHandle<Result<()>>,
     /// Records that never reached the file (see `dropped`).
     dropped: Arc<AtomicU64>,
+    /// The file, as messages name it.
+    shown: String,
 }
 
 /// The writer thread's progress: records inserted but not yet committed, and the `Sync`s
@@ -358,6 +360,7 @@ impl Writer {
             tx,
             handle,
             dropped,
+            shown: path.display().to_string(),
         })
     }
 
@@ -438,7 +441,13 @@ impl Writer {
         self.handle
             .join()
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
-            .context("writing the recording")
+            // The writer said why when it stopped; this is the conclusion, not the cause again.
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "the recording {} is incomplete: its writing stopped (see above)",
+                    self.shown
+                )
+            })
     }
 }
 

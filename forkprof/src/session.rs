@@ -97,6 +97,8 @@ pub enum Stop {
 pub struct StopSignals {
     int: Signal,
     term: Signal,
+    /// SIGHUP (the terminal closed), unless it was ignored when forkprof started (`nohup`).
+    hup: Option<Signal>,
 }
 
 impl StopSignals {
@@ -104,6 +106,11 @@ impl StopSignals {
         Ok(Self {
             int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
             term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+            hup: if hangup_ignored() {
+                None
+            } else {
+                Some(signal(SignalKind::hangup()).context("SIGHUP handler")?)
+            },
         })
     }
 
@@ -115,11 +122,28 @@ impl StopSignals {
                 None => std::future::pending().await,
             }
         };
+        let hangup = async {
+            match self.hup.as_mut() {
+                Some(hup) => hup.recv().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = self.int.recv() => Stop::Signal,
             _ = self.term.recv() => Stop::Signal,
+            _ = hangup => Stop::Signal,
             _ = elapsed => Stop::Elapsed,
         }
+    }
+}
+
+/// Whether SIGHUP is ignored (`nohup forkprof record ...`): then it stays so.
+fn hangup_ignored() -> bool {
+    // SAFETY: sigaction with a NULL new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGHUP, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

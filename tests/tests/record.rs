@@ -182,6 +182,45 @@ fn record_system_wide_for_a_duration() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A hangup (the terminal closed) ends a recording as Ctrl-C does: exit 0, the recording
+/// finished (it used to die of SIGHUP, exit 129, its log not folded in and its end not
+/// written). Under `nohup` (SIGHUP ignored from the start) it goes on.
+#[test]
+fn a_hangup_ends_a_recording_cleanly_unless_ignored() {
+    needs_root!();
+    let dir = tempdir();
+    for nohup in [false, true] {
+        let db = dir.join(format!("hup-{nohup}.db"));
+        let mut cmd = if nohup {
+            let mut c = Command::new("nohup");
+            c.arg(forkprof());
+            c
+        } else {
+            Command::new(forkprof())
+        };
+        let mut rec = cmd
+            .args(["record", "-o"])
+            .arg(&db)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until_recording(&mut rec);
+        // SAFETY: plain syscall.
+        unsafe { libc::kill(rec.id() as i32, libc::SIGHUP) };
+        if nohup {
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(rec.try_wait().unwrap().is_none(), "nohup: still recording");
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+        }
+        assert_eq!(rec.wait().unwrap().code(), Some(0), "nohup {nohup}");
+        let (code, rep, err) = report_json(&db, &[]);
+        assert_eq!(code, 0, "{err}");
+        assert!(rep["unfinished"].is_null(), "nohup {nohup}: finished");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn record_p_follows_one_tree_only() {
     needs_root!();

@@ -358,7 +358,7 @@ pub struct ReportCmdArgs {
     pub to: Option<std::time::Duration>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Include one row per process in JSON output.
+    /// Include one row per process in JSON output (with `--format json` only).
     #[arg(long)]
     pub processes: bool,
     /// Write a flame graph (SVG) of spawn cost by process ancestry.

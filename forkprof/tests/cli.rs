@@ -34,6 +34,12 @@ fn empty_or_inverted_ranges_are_refused() {
         "is not before --to",
     );
     assert_refused(&["report", db, "--top", "0"], "at least 1");
+    for format in ["table", "csv"] {
+        assert_refused(
+            &["report", db, "--processes", "--format", format],
+            "--format json",
+        );
+    }
     assert_refused(&["top", "--interval", "0s"], "longer than 0");
     assert_refused(
         &["record", "-o", "/tmp/x.db", "--duration", "0s"],

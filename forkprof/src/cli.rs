@@ -45,8 +45,12 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) on stdout: `forkprof man | man -l -`.
-    Man,
+    /// Print the man page (roff) on stdout: `forkprof man | man -l -`; with a subcommand,
+    /// that subcommand's page (forkprof-SUBCOMMAND(1)).
+    Man {
+        /// The subcommand (run, record, report, ...).
+        subcommand: Option<String>,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -48,7 +48,7 @@ fn main() {
         cli::Command::Bench(args) => cmd::bench::run(args),
         cli::Command::Doctor(args) => cmd::doctor::run(&args),
         cli::Command::Completions { shell } => cmd::docs::completions(shell),
-        cli::Command::Man => cmd::docs::man(),
+        cli::Command::Man { subcommand } => cmd::docs::man(subcommand.as_deref()),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -478,16 +478,38 @@ fn deb_installs_and_runs_in_an_empty_root() {
         "the package enabled the unit"
     );
 
-    // The installed man page is the one this forkprof generates.
-    let page = tool("gzip", |c| {
-        c.arg("-dc")
-            .arg(root.join("usr/share/man/man1/forkprof.1.gz"));
-    });
-    succeeded(&page);
-    let ours = tool(forkprof().to_str().unwrap(), |c| {
-        c.arg("man");
-    });
-    assert_eq!(text(&page.stdout), text(&ours.stdout), "man page");
+    // The installed man pages are the ones this forkprof generates: forkprof(1), and each
+    // forkprof-NAME(1) that it names (they used to be named and missing).
+    let ours = |args: &[&str]| {
+        tool(forkprof().to_str().unwrap(), |c| {
+            c.args(args);
+        })
+    };
+    let installed = |name: &str| {
+        let page = tool("gzip", |c| {
+            c.arg("-dc")
+                .arg(root.join(format!("usr/share/man/man1/{name}.1.gz")));
+        });
+        succeeded(&page);
+        text(&page.stdout)
+    };
+    let top = ours(&["man"]);
+    assert_eq!(installed("forkprof"), text(&top.stdout), "man page");
+    let named: Vec<String> = text(&top.stdout)
+        .split("forkprof\\-")
+        .skip(1)
+        .filter_map(|rest| Some(rest.split_once("(1)")?.0.to_string()))
+        // Names, not the placeholder in `man`'s own description (forkprof-SUBCOMMAND(1)).
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_lowercase()))
+        .collect();
+    assert!(named.iter().any(|n| n == "run"), "{named:?}");
+    for name in &named {
+        assert_eq!(
+            installed(&format!("forkprof-{name}")),
+            text(&ours(&["man", name]).stdout),
+            "forkprof-{name}(1)"
+        );
+    }
 
     // Only the declared dependencies' files, then run it there.
     for d in &deps {

@@ -36,6 +36,27 @@ fn generate(forkprof: &Path, args: &[&str], out: &Path) -> Result<()> {
     std::fs::write(out, &o.stdout).with_context(|| format!("writing {}", out.display()))
 }
 
+/// The subcommands forkprof(1) names (`forkprof\-NAME(1)` in its roff), each to get a page
+/// of its own.
+fn subcommands(forkprof: &Path) -> Result<Vec<String>> {
+    let o = Command::new(forkprof)
+        .arg("man")
+        .output()
+        .with_context(|| format!("cannot start {}", forkprof.display()))?;
+    let page = String::from_utf8_lossy(&o.stdout);
+    let mut names: Vec<String> = page
+        .split("forkprof\\-")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("(1)").map(|(name, _)| name.to_string()))
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase()))
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        bail!("`forkprof man` names no subcommand page");
+    }
+    Ok(names)
+}
+
 /// Builds the package and returns its path (target/debian/forkprof_*.deb).
 /// (`cargo xtask test` calls it after its own setup.)
 pub fn build() -> Result<PathBuf> {
@@ -52,10 +73,21 @@ pub fn build() -> Result<PathBuf> {
     let dist = dist_dir();
     let completions = dist.join("completions");
     std::fs::create_dir_all(&completions)?;
-    let page = dist.join("forkprof.1");
-    generate(&forkprof, &["man"], &page)?;
-    // -n: no name or time stamp in the header, so the same page gives the same bytes.
-    run(Command::new("gzip").args(["-9nf"]).arg(&page))?;
+    // forkprof(1), and a page for each subcommand it names (forkprof-run(1), ...).
+    let man = dist.join("man");
+    let _ = std::fs::remove_dir_all(&man);
+    std::fs::create_dir_all(&man)?;
+    let mut pages = vec![(man.join("forkprof.1"), None)];
+    for sub in subcommands(&forkprof)? {
+        pages.push((man.join(format!("forkprof-{sub}.1")), Some(sub)));
+    }
+    for (page, sub) in pages {
+        let mut args = vec!["man"];
+        args.extend(sub.as_deref());
+        generate(&forkprof, &args, &page)?;
+        // -n: no name or time stamp in the header, so the same page gives the same bytes.
+        run(Command::new("gzip").args(["-9nf"]).arg(&page))?;
+    }
     for (shell, file) in [
         ("bash", "forkprof"),
         ("zsh", "_forkprof"),

@@ -11,7 +11,44 @@ pub fn completions(shell: clap_complete::Shell) -> Result<i32> {
     Ok(0)
 }
 
-pub fn man() -> Result<i32> {
-    clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout().lock())?;
+/// forkprof(1), or forkprof-SUBCOMMAND(1), the pages forkprof(1)'s SUBCOMMANDS section
+/// names. An unknown subcommand is refused (exit 2) with the names there are.
+pub fn man(subcommand: Option<&str>) -> Result<i32> {
+    let cli = built();
+    let page = match subcommand {
+        None => cli,
+        Some(name) => match cli.find_subcommand(name) {
+            // clap names are &'static str (without its "string" feature); one page per run.
+            Some(sub) => sub
+                .clone()
+                .name(&*Box::leak(format!("forkprof-{name}").into_boxed_str()))
+                .bin_name(format!("forkprof {name}")),
+            None => {
+                eprintln!(
+                    "forkprof: no subcommand {name:?}; there are {}",
+                    subcommands().join(", ")
+                );
+                return Ok(2);
+            }
+        },
+    };
+    clap_mangen::Man::new(page).render(&mut std::io::stdout().lock())?;
     Ok(0)
+}
+
+/// The subcommands that have a man page of their own (as forkprof(1) lists them).
+pub fn subcommands() -> Vec<String> {
+    built()
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| c.get_name().to_string())
+        .collect()
+}
+
+/// The command line as clap completes it before parsing: with its `help` subcommand, which
+/// forkprof(1) lists too.
+fn built() -> clap::Command {
+    let mut cli = Cli::command();
+    cli.build();
+    cli
 }

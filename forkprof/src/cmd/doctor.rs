@@ -83,8 +83,12 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     println!("privileges    CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes");
     println!("\nhooks (each tried on its own; a job uses its first source that attaches wholly)");
     // A hook that failed where its job uses another source is no loss: it says so.
-    let served: std::collections::BTreeSet<&str> =
-        loaded.hooks.iter().filter(|h| h.used).map(|h| h.job).collect();
+    let served: std::collections::BTreeSet<&str> = loaded
+        .hooks
+        .iter()
+        .filter(|h| h.used)
+        .map(|h| h.job)
+        .collect();
     for h in &loaded.hooks {
         let state = match &h.error {
             None if h.used => format!("{} (used)", h.status),
@@ -97,7 +101,11 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         println!(
             "  {:<40} {:<24} {state}",
             h.hook,
-            format!("{}{}", h.job, if h.required { " (required job)" } else { "" }),
+            format!(
+                "{}{}",
+                h.job,
+                if h.required { " (required job)" } else { "" }
+            ),
         );
     }
     println!("\nphase sources");

@@ -23,9 +23,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     }
     // Rows per process exist in JSON only: asked for elsewhere, they would silently not be.
     if args.processes && !matches!(args.format, Format::Json) {
-        eprintln!(
-            "forkprof: --processes adds one row per process to JSON only; add --format json"
-        );
+        eprintln!("forkprof: --processes adds one row per process to JSON only; add --format json");
         return Ok(2);
     }
     let outputs: Vec<(&str, &std::path::Path)> = [

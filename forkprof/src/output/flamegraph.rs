@@ -65,7 +65,10 @@ mod tests {
         let mut svg = Vec::new();
         write_svg(&report, &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
-        assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"), "{svg}");
+        assert!(
+            svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"),
+            "{svg}"
+        );
         assert!(svg.contains("nothing to draw"), "{svg}");
     }
 }

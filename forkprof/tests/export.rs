@@ -261,7 +261,7 @@ fn bad_recordings_and_existing_outputs_are_refused() {
     // Never the recording itself, even with --force.
     refused(
         &run(&[&s(&db), "--parquet", &s(&db), "--force"]),
-        "the recording itself",
+        "is the recording",
     );
     assert_eq!(
         std::fs::read(&db).unwrap(),

@@ -137,9 +137,11 @@ pub fn on_signal(ctx: &aya_ebpf::programs::RawTracePointContext) {
         return;
     }
     let sig = ctx.arg::<i64>(0) & 0xffff_ffff;
-    // Only another signal than SIGCHLD costs a load: the exiting task's own exit signal.
-    let task = BtfPtr::current_task();
-    if sig != SIGCHLD && sig != i64::from(task.u32_at(maps::layout().task_exit_signal)) {
+    // Only another signal than SIGCHLD costs a helper call and a load: the exiting task's
+    // own exit signal.
+    if sig != SIGCHLD
+        && sig != i64::from(BtfPtr::current_task().u32_at(maps::layout().task_exit_signal))
+    {
         return;
     }
     let (tgid, _) = maps::current_ids();

@@ -195,7 +195,7 @@ pub struct RecordingArgs {
 /// SQLite database (a recording, most likely), which no report output overwrites. Checked
 /// with the invoking user's view of the paths (see `privilege::as_user`).
 pub fn refuse_outputs(
-    inputs: &[&std::path::Path],
+    inputs: &[(&str, &std::path::Path)],
     outputs: &[(&str, &std::path::Path)],
 ) -> Option<String> {
     use std::io::Read as _;
@@ -212,8 +212,11 @@ pub fn refuse_outputs(
         };
         for (i, &(flag, out)) in outputs.iter().enumerate() {
             let Some(out_id) = id(out) else {
-                // Not there yet: only the same path given twice is the same file.
-                if let Some((other, _)) = outputs[..i].iter().find(|(_, p)| *p == out) {
+                // Not there yet (`run -o` creates its recording): only the same path given
+                // twice is the same file.
+                if let Some((other, _)) =
+                    inputs.iter().chain(&outputs[..i]).find(|(_, p)| *p == out)
+                {
                     return Ok(Some(format!(
                         "{} is given to both {other} and {flag}; give each its own file",
                         out.display()
@@ -221,7 +224,7 @@ pub fn refuse_outputs(
                 }
                 continue;
             };
-            if let Some(input) = inputs.iter().find(|p| id(p) == Some(out_id)) {
+            if let Some((_, input)) = inputs.iter().find(|(_, p)| id(p) == Some(out_id)) {
                 return Ok(Some(format!(
                     "{flag} {} is the recording {}; give another file",
                     out.display(),

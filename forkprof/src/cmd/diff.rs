@@ -61,7 +61,8 @@ pub fn run(args: DiffArgs) -> Result<i32> {
     // The recordings load at once, one thread each.
     let paths: Vec<&PathBuf> = before_paths.iter().chain(after_paths).collect();
     if let Some(out) = &args.flamegraph {
-        let inputs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let inputs: Vec<(&str, &std::path::Path)> =
+            paths.iter().map(|p| ("a recording", p.as_path())).collect();
         if let Some(why) = crate::cli::refuse_outputs(&inputs, &[("--flamegraph", out)]) {
             eprintln!("forkprof: {why}");
             return Ok(2);

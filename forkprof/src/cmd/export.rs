@@ -44,7 +44,7 @@ mod enabled {
         }
         // With --force too: the recording is never its own export.
         if let Some(why) =
-            crate::cli::refuse_outputs(&[&args.file], &[("--parquet", &args.parquet)])
+            crate::cli::refuse_outputs(&[("FILE", &args.file)], &[("--parquet", &args.parquet)])
         {
             eprintln!("forkprof: {why}");
             return Ok(2);

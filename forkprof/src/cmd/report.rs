@@ -34,7 +34,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     .into_iter()
     .filter_map(|(flag, p)| Some((flag, p.as_deref()?)))
     .collect();
-    if let Some(why) = crate::cli::refuse_outputs(&[&args.file], &outputs) {
+    if let Some(why) = crate::cli::refuse_outputs(&[("FILE", &args.file)], &outputs) {
         eprintln!("forkprof: {why}");
         return Ok(2);
     }

@@ -69,7 +69,12 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         eprintln!("forkprof: {why}");
         return Ok(2);
     }
-    let recording: Vec<&std::path::Path> = args.output.as_deref().into_iter().collect();
+    let recording: Vec<(&str, &std::path::Path)> = args
+        .output
+        .as_deref()
+        .map(|p| ("-o", p))
+        .into_iter()
+        .collect();
     let report: Vec<(&str, &std::path::Path)> = args
         .output_format
         .report
@@ -77,16 +82,6 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         .map(|p| ("--report", p))
         .into_iter()
         .collect();
-    // The recording's own path as given: it need not exist yet to be the same file.
-    if let (Some(o), Some((_, r))) = (recording.first(), report.first())
-        && o == r
-    {
-        eprintln!(
-            "forkprof: {} is given to both -o and --report; give each its own file",
-            o.display()
-        );
-        return Ok(2);
-    }
     if let Some(why) = crate::cli::refuse_outputs(&recording, &report) {
         eprintln!("forkprof: {why}");
         return Ok(2);

@@ -280,10 +280,13 @@ pub struct ExecAttemptRecord {
     pub cow_fault_ns: u64,
     pub child_run_ns: u64,
     pub cgroup_id: u64,
+    /// The path as given (NUL-terminated), then, where `path_walk` says so, the names the
+    /// kernel walked to make it absolute, each NUL-terminated, the last one first.
     pub path: [u8; PATH_LEN],
     /// Bytes of `argv` that were written.
     pub argv_len: u32,
-    pub _pad: u32,
+    /// How `path` was made absolute (`path_walk`): where the names walked end, and flags.
+    pub path_walk: u32,
     /// argv's strings, each with its NUL, in order: the first `argv_len` bytes (the last
     /// string may be cut short, without its NUL). The kernel leaves the rest unwritten.
     pub argv: [u8; ARGV_LEN],
@@ -465,6 +468,45 @@ pub struct KernelLayout {
     /// `task_struct.exit_signal`: the signal that tells the parent of the process's exit
     /// (clone's low byte: SIGCHLD from fork, anything from clone; 0 for none).
     pub task_exit_signal: u32,
+    /// 1: every offset below was found, and a path that is not absolute (or names a file
+    /// descriptor) is made absolute by walking the kernel's dentries (`path_walk`).
+    pub walk_paths: u32,
+    /// `task_struct.fs`; `fs_struct.root`, `.pwd`; `path.mnt`, `.dentry`.
+    pub task_fs: u32,
+    pub fs_root: u32,
+    pub fs_pwd: u32,
+    pub path_mnt: u32,
+    pub path_dentry: u32,
+    /// `linux_binprm.file`, `.interp` (the same pointer as `.filename` unless a script or
+    /// binfmt_misc handler named an interpreter).
+    pub bprm_file: u32,
+    pub bprm_interp: u32,
+    /// `file.f_path`.
+    pub file_path: u32,
+    /// `dentry.d_parent`; `dentry.d_name.name`.
+    pub dentry_parent: u32,
+    pub dentry_name: u32,
+    /// `vfsmount.mnt_root`; `mount.mnt` (the `vfsmount` inside a `mount`), `.mnt_parent`,
+    /// `.mnt_mountpoint`.
+    pub vfsmount_root: u32,
+    pub mount_mnt: u32,
+    pub mount_parent: u32,
+    pub mount_mountpoint: u32,
+}
+
+/// `ExecAttemptRecord.path_walk`: how the path was made absolute. Zero: it was not (it was
+/// absolute as given, or nothing could be walked); `path` holds the path as given.
+pub mod path_walk {
+    /// Where the names walked end in `path`: they lie between the path as given (with its
+    /// NUL) and this byte, each with its NUL.
+    pub const END: u32 = 0xffff;
+    /// The names are the current directory's: the absolute path is theirs, then the path
+    /// as given. Without it, they are the executed file's own (`/dev/fd/N`, `/proc/…/exe`),
+    /// and the path as given is replaced.
+    pub const FROM_CWD: u32 = 1 << 16;
+    /// The walk reached the root (the task's own, or the top mount). Without it, the names
+    /// are the path's last ones only.
+    pub const COMPLETE: u32 = 1 << 31;
 }
 
 #[cfg(feature = "user")]

@@ -2,7 +2,7 @@
 use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated},
     macros::map,
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
@@ -125,6 +125,21 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     bprm_argc: 0,
     task_thread_status: 0,
     task_exit_signal: 0,
+    walk_paths: 0,
+    task_fs: 0,
+    fs_root: 0,
+    fs_pwd: 0,
+    path_mnt: 0,
+    path_dentry: 0,
+    bprm_file: 0,
+    bprm_interp: 0,
+    file_path: 0,
+    dentry_parent: 0,
+    dentry_name: 0,
+    vfsmount_root: 0,
+    mount_mnt: 0,
+    mount_parent: 0,
+    mount_mountpoint: 0,
 };
 
 /// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
@@ -585,6 +600,25 @@ pub fn remove_proc(tgid: u32) {
     if active(active::SPILLED) != 0 && PROCS_SPILL.remove(tgid).is_ok() {
         active_add(active::SPILLED, -1);
     }
+}
+
+/// The u64 at kernel address `addr`, through `bpf_probe_read_kernel`: 0 where it cannot be
+/// read. For a walk of pointers the verifier does not type (a `mount` reached from the
+/// `vfsmount` inside it), where `BtfPtr` cannot go. No branch on the helper's result (it
+/// zeroes the destination when it fails): a branch would give the verifier two states for
+/// each read, a known 0 and an unknown value, and a walk of a few dozen reads too many.
+#[inline(always)]
+pub fn kernel_u64(addr: u64) -> u64 {
+    let mut value = 0u64;
+    // SAFETY: the helper validates the address and writes 8 bytes into `value`.
+    unsafe {
+        generated::bpf_probe_read_kernel(
+            (&raw mut value).cast(),
+            8,
+            addr as *const core::ffi::c_void,
+        )
+    };
+    value
 }
 
 /// A kernel pointer whose type the verifier knows: a BTF tracepoint's `pt_regs *`,

@@ -231,6 +231,9 @@ pub struct KernelInfo {
     /// Why `signal_struct.live` could not be located (needed only where sched_process_exit
     /// has no `group_dead` argument), if it could not.
     pub signal_live_missing: Option<String>,
+    /// Why relative and file-descriptor exec paths cannot be made absolute (an offset of
+    /// the dentry walk is not in this kernel's BTF), if they cannot: they are shown as given.
+    pub walk_paths_missing: Option<String>,
     /// Prototypes of the raw tracepoints asked for; absent: not in this kernel's BTF.
     pub tracepoints: BTreeMap<&'static str, Vec<Param>>,
 }
@@ -239,6 +242,34 @@ impl KernelInfo {
     pub fn params(&self, tracepoint: &str) -> Option<&[Param]> {
         self.tracepoints.get(tracepoint).map(Vec::as_slice)
     }
+}
+
+/// The offsets of the dentry walk that makes a relative or file-descriptor exec path
+/// absolute (forkprof-ebpf's `path` module); `walk_paths` is set only when all were found.
+fn walk_offsets(btf: &Btf<'_>, task: usize, layout: &mut KernelLayout) -> Result<()> {
+    let member = |strukt: &str, name: &str| {
+        btf.struct_id(strukt)
+            .and_then(|id| btf.member_offset(id, name))
+            .with_context(|| format!("{strukt}.{name} not found in BTF"))
+    };
+    layout.task_fs = btf
+        .member_offset(task, "fs")
+        .context("task_struct.fs not found in BTF")?;
+    layout.fs_root = member("fs_struct", "root")?;
+    layout.fs_pwd = member("fs_struct", "pwd")?;
+    layout.path_mnt = member("path", "mnt")?;
+    layout.path_dentry = member("path", "dentry")?;
+    layout.bprm_file = member("linux_binprm", "file")?;
+    layout.bprm_interp = member("linux_binprm", "interp")?;
+    layout.file_path = member("file", "f_path")?;
+    layout.dentry_parent = member("dentry", "d_parent")?;
+    layout.dentry_name = member("dentry", "d_name")? + member("qstr", "name")?;
+    layout.vfsmount_root = member("vfsmount", "mnt_root")?;
+    layout.mount_mnt = member("mount", "mnt")?;
+    layout.mount_parent = member("mount", "mnt_parent")?;
+    layout.mount_mountpoint = member("mount", "mnt_mountpoint")?;
+    layout.walk_paths = 1;
+    Ok(())
 }
 
 /// Reads the offsets the programs need and the prototypes of `tracepoints`.
@@ -286,6 +317,9 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
         (_, None) => {
             info.signal_live_missing = Some("signal_struct.live not found in BTF".into());
         }
+    }
+    if let Err(e) = walk_offsets(&btf, task, &mut info.layout) {
+        info.walk_paths_missing = Some(format!("{e:#}"));
     }
     for &tp in tracepoints {
         if let Some(params) = btf.tracepoint_params(tp) {
@@ -422,6 +456,13 @@ mod tests {
         assert_eq!(l.task_thread_status, 52);
         assert_eq!(l.task_exit_signal, 56);
         assert!(info.signal_live_missing.is_none());
+        // The sample has no fs_struct, dentry or mount: the path walk is off, and says why,
+        // and the rest of the layout is still read.
+        assert_eq!(l.walk_paths, 0);
+        assert_eq!(
+            info.walk_paths_missing.as_deref(),
+            Some("task_struct.fs not found in BTF")
+        );
     }
 
     #[test]

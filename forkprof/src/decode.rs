@@ -3,7 +3,8 @@
 use std::fmt;
 
 use forkprof_common::{
-    ExecAttemptRecord, ExecRecord, ExitRecord, LdRecord, RecordHeader, SpawnRecord, kind,
+    ExecAttemptRecord, ExecRecord, ExitRecord, LdRecord, PATH_LEN, RecordHeader, SpawnRecord, kind,
+    path_walk,
 };
 
 #[derive(Clone, Debug)]
@@ -99,9 +100,53 @@ fn exec_record(a: &ExecAttemptRecord) -> ExecRecord {
         cgroup_id: a.cgroup_id,
         args_read,
         _pad: 0,
-        path: a.path,
+        path: binary_path(&a.path, a.path_walk),
         args,
     }
+}
+
+/// The binary's path: as the exec was given it, or made absolute from the names the kernel
+/// walked (forkprof-ebpf's `path` module; `walk` says how). A relative path is the current
+/// directory's names, then the path as given, with its `.` and `..` folded; a path naming an
+/// open file is the file's own. A walk that stopped short of the root is shown as `…/` and
+/// the names it has. What does not fit in `PATH_LEN` bytes is cut at the end, as the kernel
+/// cuts a long path as given.
+pub fn binary_path(path: &[u8; PATH_LEN], walk: u32) -> [u8; PATH_LEN] {
+    let end = ((walk & path_walk::END) as usize).min(PATH_LEN);
+    let complete = walk & path_walk::COMPLETE != 0;
+    if walk == 0 {
+        return *path;
+    }
+    let given = c_bytes(path);
+    let names = path.get(given.len() + 1..end).unwrap_or_default();
+    let names = names.strip_suffix(&[0]).unwrap_or(names);
+    let mut parts: Vec<&[u8]> = if names.is_empty() {
+        Vec::new()
+    } else {
+        names.split(|&b| b == 0).rev().collect()
+    };
+    if walk & path_walk::FROM_CWD != 0 {
+        parts.extend(given.split(|&b| b == b'/'));
+    }
+    let mut kept: Vec<&[u8]> = Vec::new();
+    for part in parts {
+        match part {
+            b"" | b"." => {}
+            b".." if kept.last().is_some_and(|p| *p != b"..") => {
+                kept.pop();
+            }
+            // Above the root is the root; above what an incomplete walk has is kept.
+            b".." if complete => {}
+            _ => kept.push(part),
+        }
+    }
+    let mut out = Vec::with_capacity(PATH_LEN);
+    out.extend_from_slice(if complete { b"/" } else { "…/".as_bytes() });
+    out.extend_from_slice(&kept.join(&b'/'));
+    let mut joined = [0; PATH_LEN];
+    let n = out.len().min(PATH_LEN);
+    joined[..n].copy_from_slice(&out[..n]);
+    joined
 }
 
 /// The first `ARG_SLOTS` strings of a record's argv (NUL-separated, the first `argv_len`
@@ -235,7 +280,7 @@ mod tests {
             cgroup_id: 9,
             path: [0; forkprof_common::PATH_LEN],
             argv_len: 0,
-            _pad: 0,
+            path_walk: 0,
             argv: [0xaa; forkprof_common::ARGV_LEN],
         };
         a.path[..path.len()].copy_from_slice(path);
@@ -312,5 +357,56 @@ mod tests {
             decode(&bytes[..bytes.len() - 1]),
             Err(DecodeError::Short { .. })
         ));
+    }
+
+    /// A record's path bytes (the path as given, then the walked names, each with its NUL)
+    /// and where the names end.
+    fn walked(given: &[u8], names: &[&[u8]]) -> ([u8; PATH_LEN], u32) {
+        let mut path = [0xaa; PATH_LEN];
+        let mut at = 0;
+        for s in std::iter::once(&given).chain(names) {
+            path[at..at + s.len()].copy_from_slice(s);
+            path[at + s.len()] = 0;
+            at += s.len() + 1;
+        }
+        (path, at as u32)
+    }
+
+    fn shown((path, end): ([u8; PATH_LEN], u32), flags: u32) -> String {
+        String::from_utf8_lossy(c_bytes(&binary_path(&path, end | flags))).into_owned()
+    }
+
+    #[test]
+    fn a_walked_path_is_joined_root_first() {
+        use path_walk::{COMPLETE, FROM_CWD};
+        // Absolute as given: no walk, the bytes after the NUL are never read.
+        let (p, _) = walked(b"/usr/bin/cc", &[b"junk"]);
+        assert_eq!(shown((p, 0), 0), "/usr/bin/cc");
+        // Relative: the current directory (/home/u/src), then the path as given, folded.
+        let p = walked(b"./build/../t", &[b"src", b"u", b"home"]);
+        assert_eq!(shown(p, FROM_CWD | COMPLETE), "/home/u/src/t");
+        let p = walked(b"../../../../bin/x", &[b"src", b"u"]);
+        assert_eq!(shown(p, FROM_CWD | COMPLETE), "/bin/x");
+        // In the root directory: no names, but complete.
+        let p = walked(b"t", &[]);
+        assert_eq!(shown(p, FROM_CWD | COMPLETE), "/t");
+        // A file descriptor's path is replaced by the file's own.
+        let p = walked(b"/dev/fd/3", &[b"true", b"bin", b"usr"]);
+        assert_eq!(shown(p, COMPLETE), "/usr/bin/true");
+        // A walk cut short keeps what it has, and the `..` above it.
+        let p = walked(b"../t", &[b"d", b"c"]);
+        assert_eq!(shown(p, FROM_CWD), "…/c/t");
+        let p = walked(b"../../../t", &[b"d", b"c"]);
+        assert_eq!(shown(p, FROM_CWD), "…/../t");
+        // An end past the buffer, or before the path as given: no panic.
+        let (p, _) = walked(b"x", &[b"a"]);
+        let out = binary_path(&p, 0xffff | FROM_CWD | COMPLETE);
+        assert_eq!(c_bytes(&out).len(), PATH_LEN);
+        assert_eq!(shown((p, 1), FROM_CWD | COMPLETE), "/x");
+        // A join longer than the buffer is cut at PATH_LEN bytes.
+        let long = [b'n'; 200];
+        let (p, end) = walked(b"./t", &[&long[..125], &long[..125]]);
+        let out = binary_path(&p, end | FROM_CWD);
+        assert_eq!(c_bytes(&out).len(), PATH_LEN);
     }
 }

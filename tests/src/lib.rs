@@ -744,3 +744,71 @@ pub fn check_exec_threads(report: &Value, count: u64, program: &str) -> Result<S
         ))
     }
 }
+
+/// Checks a `forkprof run --json` report of `fp-workload exec-paths DIR PROGRAM` against the
+/// workload's own line (`truth`: each case's absolute binary path and errno, as the workload
+/// resolved them): each exec whose argv[0] is `fp-path-CASE` is shown with that path and
+/// errno (a relative path made absolute against its directory, `/dev/fd/N` and
+/// `/proc/self/exe` as the file they name), and the binaries table keeps `DIR/a/t` and
+/// `DIR/b/t` apart (three execs and two). Returns a one-line summary, or what is wrong.
+pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
+    let truth: Value =
+        serde_json::from_str(truth).map_err(|e| format!("workload line {truth:?}: {e}"))?;
+    let cases = truth.as_object().ok_or("workload line is not an object")?;
+    let mut shown = std::collections::BTreeMap::new();
+    for p in report["processes"].as_array().ok_or("no processes array")? {
+        for e in p["execs"].as_array().ok_or("no execs array")? {
+            if let Some(case) = e["args"][0]
+                .as_str()
+                .and_then(|a| a.strip_prefix("fp-path-"))
+            {
+                shown.insert(
+                    case.to_string(),
+                    (
+                        e["path"].as_str().unwrap_or_default().to_string(),
+                        e["errno"].as_i64().unwrap_or(-1),
+                    ),
+                );
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (case, want) in cases {
+        let want = (
+            want[0].as_str().unwrap_or_default().to_string(),
+            want[1].as_i64().unwrap_or(-1),
+        );
+        match shown.get(case) {
+            Some(got) if *got == want => {}
+            got => wrong.push(format!("{case}: want {want:?}, shown {got:?}")),
+        }
+    }
+    let binaries = report["groups"]["binary"]
+        .as_array()
+        .ok_or("no binary group")?;
+    let execs_of = |suffix: &str| {
+        let path = cases
+            .values()
+            .filter_map(|v| v[0].as_str())
+            .find(|p| p.ends_with(suffix))
+            .unwrap_or_default();
+        binaries
+            .iter()
+            .find(|b| b["binary"] == path)
+            .and_then(|b| b["execs"].as_u64())
+    };
+    let (a, b) = (execs_of("/a/t"), execs_of("/b/t"));
+    if (a, b) != (Some(3), Some(2)) {
+        wrong.push(format!(
+            "binaries: want a/t 3 execs and b/t 2, got {a:?} and {b:?}"
+        ));
+    }
+    if wrong.is_empty() {
+        Ok(format!(
+            "{} cases as the workload resolved them; a/t 3 execs, b/t 2",
+            cases.len()
+        ))
+    } else {
+        Err(wrong.join("; "))
+    }
+}

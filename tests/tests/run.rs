@@ -164,6 +164,33 @@ fn concurrent_execs_of_one_processs_threads_are_each_recorded() {
     }
 }
 
+/// A binary run by a path that is not absolute is shown by its absolute path: `./t` in two
+/// directories is two binaries (before, one row "./t"), a failed `./missing` names the
+/// directory it was looked for in, and fexecve, execveat with a directory descriptor and
+/// /proc/self/exe name the file they ran (before: `/dev/fd/3`, `/dev/fd/3/t`,
+/// `/proc/self/exe`). The ground truth is the workload's own resolution of each path.
+#[test]
+fn an_exec_path_that_is_not_absolute_is_shown_as_the_binary_it_ran() {
+    needs_root!();
+    let w = workload();
+    let dir = forkprof_tests::tempdir().join("exec-paths");
+    let run = run_traced(
+        &[
+            w.to_str().unwrap(),
+            "exec-paths",
+            dir.to_str().unwrap(),
+            "/bin/true",
+        ],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    let truth = run.stdout();
+    match forkprof_tests::check_exec_paths(&run.report, truth.lines().next().unwrap_or("")) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 /// The arguments shown are the ones read: an argument past argv's first 1024 bytes is not
 /// shown as an empty string (argc still counts it), and an empty argv[0] hides nothing.
 #[test]

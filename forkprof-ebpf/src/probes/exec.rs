@@ -22,7 +22,7 @@ use forkprof_common::{
     nr, stat,
 };
 
-use super::{dynlink, fork::close_child_run, mm::close_cow_window, syscalls::Abi};
+use super::{dynlink, fork::close_child_run, mm::close_cow_window, path, syscalls::Abi};
 use crate::maps::{self, BtfPtr, EVENTS, EXEC_ATTEMPTS, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
@@ -121,13 +121,14 @@ fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
     let filename = bprm.ptr_at(layout.bprm_filename);
     // SAFETY: a kernel string; the helper validates the address, always NUL-terminates, and
     // zeroes the buffer when it fails.
-    unsafe {
+    let given = unsafe {
         generated::bpf_probe_read_kernel_str(
             rec.path.as_mut_ptr().cast(),
             rec.path.len() as u32,
             filename.raw().cast(),
         )
     };
+    path::make_absolute(rec, given, Some(bprm));
     if !maps::capture_argv() {
         rec.argv_len = 0;
         return;
@@ -162,6 +163,18 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64, abi: Ab
         (Abi::Ia32, false) => (regs.u64_at(regs::CX), regs.u64_at(regs::DX)),
     };
     let path = path as *const u8;
+    // The path first: the verifier follows its walk once for each state it reaches it in,
+    // and the argc count below leaves hundreds.
+    // SAFETY: user pointer from the syscall's arguments; the helper validates it, always
+    // NUL-terminates, and zeroes the buffer when it fails.
+    let given = unsafe {
+        generated::bpf_probe_read_user_str(
+            rec.path.as_mut_ptr().cast(),
+            rec.path.len() as u32,
+            path.cast(),
+        )
+    };
+    path::make_absolute(rec, given, None);
     let ptrs = if argv == 0 {
         [core::ptr::null(); ARG_SLOTS]
     } else {
@@ -177,15 +190,6 @@ fn write_caller_args(rec: &mut ExecAttemptRecord, regs: BtfPtr, id: i64, abi: Ab
         }
     }
     rec.argc = argc;
-    // SAFETY: user pointer from the syscall's arguments; the helper validates it, always
-    // NUL-terminates, and zeroes the buffer when it fails.
-    unsafe {
-        generated::bpf_probe_read_user_str(
-            rec.path.as_mut_ptr().cast(),
-            rec.path.len() as u32,
-            path.cast(),
-        )
-    };
     let mut off = 0usize;
     for &arg in ptrs.iter() {
         if arg.is_null() || !maps::capture_argv() {
@@ -421,13 +425,13 @@ fn finish(ps: &mut ProcState, attempt: &ExecState, end: u64, errno: i32, abi: Ab
     rec.cow_fault_ns = cow_fault_ns;
     rec.child_run_ns = child_run_ns;
     rec.cgroup_id = maps::cgroup_id();
-    rec._pad = 0;
     match args {
         ArgsFrom::Image(task, bprm) => write_image_args(rec, task, bprm),
         ArgsFrom::Caller(regs, id, abi) => write_caller_args(rec, regs, id, abi),
         ArgsFrom::Nowhere => {
             rec.argc = 0;
             rec.path[0] = 0;
+            rec.path_walk = 0;
             rec.argv_len = 0;
         }
     }

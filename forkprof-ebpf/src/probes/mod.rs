@@ -6,4 +6,5 @@ pub mod exec;
 pub mod exit;
 pub mod fork;
 pub mod mm;
+pub mod path;
 pub mod syscalls;

@@ -55,6 +55,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
             "lockdown": capabilities::lockdown(),
             "layout": {
                 "exit_at_syscall": loaded.kernel.layout.exit_at_syscall != 0,
+                "walk_paths": loaded.kernel.layout.walk_paths != 0,
             },
             "tracepoints": loaded.kernel.tracepoints.iter()
                 .map(|(tp, params)| (tp.to_string(), btf::show_params(params)))
@@ -74,6 +75,13 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         l.task_pid,
         l.task_tgid,
         l.task_exit_code
+    );
+    println!(
+        "exec paths    {}",
+        match &loaded.kernel.walk_paths_missing {
+            None => "relative and /dev/fd paths made absolute (dentry walk)".to_string(),
+            Some(why) => format!("shown as given: {why}"),
+        }
     );
     println!(
         "lockdown      {}",

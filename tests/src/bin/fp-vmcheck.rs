@@ -865,6 +865,18 @@ fn guest() -> i32 {
         )
         .and_then(|r| forkprof_tests::check_exec_threads(&r, 50, DYN)),
     );
+    t.check(
+        "exec-paths",
+        run_report(
+            &[WORKLOAD, "exec-paths", "/tmp/fp-exec-paths", DYN],
+            "/tmp/exec-paths.json",
+        )
+        .and_then(|r| {
+            // The workload's line, which forkprof run passed through to exec's stdout file.
+            let truth = std::fs::read_to_string("/tmp/vmcheck.out").unwrap_or_default();
+            forkprof_tests::check_exec_paths(&r, truth.lines().next().unwrap_or(""))
+        }),
+    );
     t.check("ia32", ia32(&[]));
     t.check("ia32-tracepoints", ia32(&["FORKPROF_TEST_NO_FENTRY=1"]));
     t.check("static-start", static_start());

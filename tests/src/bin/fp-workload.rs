@@ -35,6 +35,12 @@
 //!                                  /nonexistent/fp-exec-both at once; then a thread loops on
 //!                                  failing execs of /nonexistent/fp-exec-race while the main
 //!                                  thread execs PROGRAM. Prints `{"failed":2*COUNT}` first
+//!   exec-paths DIR PROGRAM         copies PROGRAM to DIR/a/t and DIR/b/t, then, a child
+//!                                  each, execs paths that are not absolute: ./t in DIR/a,
+//!                                  t and ../a/./t in DIR/b, ./missing in DIR/b (ENOENT),
+//!                                  fexecve of DIR/b/t, execveat(DIR/a, "t"), and
+//!                                  /proc/self/exe. Each exec's argv[0] is fp-path-CASE;
+//!                                  prints `{"CASE": [absolute path, errno], ...}`
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -46,6 +52,122 @@ fn die(msg: &str) -> ! {
 
 fn cstring(s: &str) -> CString {
     CString::new(s).unwrap_or_else(|_| die("NUL in argument"))
+}
+
+/// `exec-paths DIR PROGRAM`: each exec in a child of its own, from the directory it needs;
+/// prints what each case's binary is (canonical paths, as the workload sees them) and the
+/// errno its exec gives.
+fn exec_paths(dir: &str, program: &str) -> ! {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::path::Path::new(dir);
+    for sub in ["a", "b"] {
+        let _ = std::fs::create_dir_all(dir.join(sub));
+        std::fs::copy(program, dir.join(sub).join("t"))
+            .unwrap_or_else(|e| die(&format!("copy {program}: {e}")));
+    }
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|e| die(&format!("{e}")));
+    let path = |rel: &str| cstring(dir.join(rel).to_str().unwrap_or_else(|| die("path")));
+    let own = std::fs::canonicalize("/proc/self/exe").unwrap_or_else(|e| die(&format!("{e}")));
+    // (case, directory to run in, what the exec does, the binary, the exec's errno)
+    enum How {
+        Execv(&'static str),
+        Fexecve(&'static str),
+        Execveat(&'static str, &'static str),
+    }
+    let cases = [
+        ("dot", "a", How::Execv("./t"), "a/t", 0),
+        ("bare", "b", How::Execv("t"), "b/t", 0),
+        ("up", "b", How::Execv("../a/./t"), "a/t", 0),
+        (
+            "missing",
+            "b",
+            How::Execv("./missing"),
+            "b/missing",
+            libc::ENOENT,
+        ),
+        ("fexecve", "b", How::Fexecve("b/t"), "b/t", 0),
+        ("execveat", "b", How::Execveat("a", "t"), "a/t", 0),
+        ("self", "b", How::Execv("/proc/self/exe"), "", 0),
+    ];
+    let mut truth = Vec::new();
+    for (case, cwd, how, binary, errno) in cases {
+        let arg0 = cstring(&format!("fp-path-{case}"));
+        // The workload itself, re-run by /proc/self/exe, only exits.
+        let (exit, zero) = (cstring("exit"), cstring("0"));
+        let argv = [
+            arg0.as_ptr(),
+            exit.as_ptr(),
+            zero.as_ptr(),
+            std::ptr::null(),
+        ];
+        let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+        let cwd = path(cwd);
+        let binary = if binary.is_empty() {
+            own.clone()
+        } else {
+            dir.join(binary)
+        };
+        truth.push(format!(
+            "{:?}: [{:?}, {errno}]",
+            case,
+            String::from_utf8_lossy(binary.as_os_str().as_bytes())
+        ));
+        // Everything the child needs is made before the fork.
+        let target = match &how {
+            How::Execv(p) => cstring(p),
+            How::Fexecve(p) | How::Execveat(p, _) => path(p),
+        };
+        let name = match &how {
+            How::Execveat(_, n) => cstring(n),
+            _ => cstring(""),
+        };
+        // SAFETY: the child only makes syscalls before it execs or exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: valid NUL-terminated strings, argv and (empty) envp.
+            unsafe {
+                if libc::chdir(cwd.as_ptr()) != 0 {
+                    libc::_exit(3);
+                }
+                match how {
+                    How::Execv(_) => {
+                        libc::execv(target.as_ptr(), argv.as_ptr());
+                    }
+                    How::Fexecve(_) => {
+                        let fd = libc::open(target.as_ptr(), libc::O_RDONLY);
+                        libc::fexecve(fd, argv.as_ptr(), envp.as_ptr());
+                    }
+                    How::Execveat(..) => {
+                        let fd = libc::open(target.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                        libc::syscall(
+                            libc::SYS_execveat,
+                            fd,
+                            name.as_ptr(),
+                            argv.as_ptr(),
+                            envp.as_ptr(),
+                            0,
+                        );
+                    }
+                }
+                libc::_exit(if *libc::__errno_location() == errno {
+                    0
+                } else {
+                    4
+                });
+            }
+        }
+        if pid < 0 {
+            die("fork failed");
+        }
+        let mut status = 0;
+        // SAFETY: plain syscall with a valid out-pointer.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            die(&format!("case {case}: child status {status:#x}"));
+        }
+    }
+    println!("{{{}}}", truth.join(", "));
+    std::process::exit(0)
 }
 
 fn wait_child(pid: libc::pid_t) {
@@ -626,6 +748,7 @@ fn main() {
             unsafe { libc::execv(path.as_ptr(), argv.as_ptr()) };
             die("execv failed");
         }
+        "exec-paths" => exec_paths(arg(1), arg(2)),
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),
         "kill" => {
             let sig: i32 = arg(1).parse().unwrap_or_else(|_| die("bad SIGNAL"));

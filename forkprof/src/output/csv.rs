@@ -1,4 +1,5 @@
-//! One CSV row per group, one column block per phase.
+//! One CSV row per group, one column block per phase: `PHASE_count`, then `PHASE_total`,
+//! `_mean`, `_p50`, `_p90`, `_p99` and `_max` in nanoseconds (the JSON's keys and units).
 use std::io::Write;
 
 use anyhow::Result;
@@ -14,7 +15,7 @@ pub fn write(report: &Report, by: GroupBy, out: &mut dyn Write) -> Result<()> {
         "failed_execs".into(),
     ];
     for phase in PHASES {
-        for stat in ["count", "total", "mean", "p50", "p90", "p99"] {
+        for stat in ["count", "total", "mean", "p50", "p90", "p99", "max"] {
             header.push(format!("{}_{stat}", phase.name()));
         }
     }
@@ -28,9 +29,10 @@ pub fn write(report: &Report, by: GroupBy, out: &mut dyn Write) -> Result<()> {
         ];
         for phase in PHASES {
             match row.phases.get(phase) {
-                Some(s) => rec
-                    .extend([s.count, s.total, s.mean, s.p50, s.p90, s.p99].map(|v| v.to_string())),
-                None => rec.extend(std::iter::repeat_n(String::new(), 6)),
+                Some(s) => rec.extend(
+                    [s.count, s.total, s.mean, s.p50, s.p90, s.p99, s.max].map(|v| v.to_string()),
+                ),
+                None => rec.extend(std::iter::repeat_n(String::new(), 7)),
             }
         }
         w.write_record(&rec)?;

@@ -131,6 +131,11 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         Column::new(header, shown().map(|(r, _)| f(r)).collect())
     };
     let total = |r: &GroupRow| phase_total(&r.phases, Phase::SpawnCost);
+    // What `--sort p99` orders by; the first column to go where the terminal is narrow.
+    let p99 = |r: &GroupRow| match r.phases.get(Phase::SpawnCost) {
+        Some(s) if s.count > 0 => duration(s.p99),
+        _ => "-".into(),
+    };
     let cols = [
         key_column(first, shown().map(|(_, l)| l.clone()).collect()),
         col("processes", &|r| r.processes.to_string()),
@@ -138,6 +143,7 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         col("failed execs", &|r| r.failed_execs.to_string()).drop(2),
         col("spawn cost total", &|r| total(r).0),
         col("mean", &|r| total(r).1).drop(3),
+        col("p99", &|r| p99(r)).drop(6),
         col("methods", &|r| methods(&r.methods))
             .left(Wrap::Items)
             .drop(4),

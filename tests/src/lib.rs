@@ -508,6 +508,16 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// Makes the terminal `width` columns wide (the program sees SIGWINCH).
+    pub fn resize(&self, width: u32) {
+        let st = Command::new("tmux")
+            .args(["resize-window", "-t", &self.session, "-x"])
+            .arg(width.to_string())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
     /// Whether the terminal shows its alternate screen (a full-screen program is running).
     pub fn alternate_screen(&self) -> bool {
         let out = Command::new("tmux")

@@ -87,6 +87,20 @@ fn top_in_a_real_terminal() {
         (!screen.contains("this help") && screen.contains("BINARY")).then_some(String::new())
     });
     assert!(t.alternate_screen(), "top still runs");
+    // A narrow terminal keeps the name (it used to go first, at under 30 columns) and the
+    // rate, and leaves out the top parent and the phase bar.
+    t.keys(&["p"]);
+    t.resize(28);
+    let narrow = wait_for("the narrow table", Duration::from_secs(10), || {
+        let s = t.screen();
+        let row = s.lines().find(|l| l.contains("probe"))?.to_string();
+        (s.contains("BINARY") && !s.contains("TOP PARENT")).then_some(row)
+    });
+    let rate: Option<f64> = narrow
+        .split_whitespace()
+        .last()
+        .and_then(|v| v.parse().ok());
+    assert!(rate.is_some_and(|r| r > 0.0), "{narrow}");
     t.keys(&["q"]);
     wait_for("the shell back", Duration::from_secs(10), || {
         (!t.alternate_screen()).then_some(String::new())

@@ -195,29 +195,46 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
         .cloned()
         .collect();
     sort_rows(&mut owned, state.sort);
-    let widths = [
+    let shown = columns_shown(body.width);
+    let widths: Vec<Constraint> = [
         Constraint::Fill(3),
         Constraint::Length(10),
         Constraint::Length(8),
         Constraint::Length(11),
         Constraint::Length(BAR_WIDTH as u16 + 1),
         Constraint::Fill(2),
-    ];
+    ]
+    .into_iter()
+    .zip(shown)
+    .filter_map(|(w, on)| on.then_some(w))
+    .collect();
     // The widths the table will give its columns (its default spacing is 1): long names
     // are cut from the left, so that a path keeps its end.
-    let cols = Layout::horizontal(widths)
+    let cols = Layout::horizontal(widths.clone())
         .spacing(1)
         .split(Rect::new(0, 0, body.width, 1));
-    let (name_w, top_w) = (usize::from(cols[0].width), usize::from(cols[5].width));
+    let name_w = usize::from(cols[0].width);
+    let top_w = if shown[5] {
+        usize::from(cols[cols.len() - 1].width)
+    } else {
+        0
+    };
+    let pick = |cells: [Cell<'static>; 6]| -> Vec<Cell<'static>> {
+        cells
+            .into_iter()
+            .zip(shown)
+            .filter_map(|(c, on)| on.then_some(c))
+            .collect()
+    };
     let table_rows = owned.iter().map(|r| {
-        Row::new(vec![
+        Row::new(pick([
             Cell::from(fit_left(&r.name, name_w)),
             Cell::from(format!("{:>9.1}", r.spawns_per_s)),
             Cell::from(format!("{:>7}", r.total)),
             Cell::from(format!("{:>10}", duration(r.mean_spawn_cost_ns))),
             Cell::from(Line::from(phase_bar(&r.cost_parts_ns))),
             Cell::from(fit_left(&r.top, top_w)),
-        ])
+        ]))
     });
     let (name_col, top_col) = match state.group {
         GroupMode::Binary => ("BINARY", "TOP PARENT"),
@@ -226,14 +243,14 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
     };
     let table = Table::new(table_rows, widths)
         .header(
-            Row::new(vec![
-                name_col,
-                " SPAWNS/S",
-                "  TOTAL",
-                "MEAN COST",
-                "PHASES",
-                top_col,
-            ])
+            Row::new(pick([
+                Cell::from(name_col),
+                Cell::from(" SPAWNS/S"),
+                Cell::from("  TOTAL"),
+                Cell::from("MEAN COST"),
+                Cell::from("PHASES"),
+                Cell::from(top_col),
+            ]))
             .style(Style::default().add_modifier(Modifier::REVERSED)),
         )
         .block(Block::default().borders(Borders::TOP));
@@ -243,6 +260,35 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
     if state.help {
         help(frame, body, state.group);
     }
+}
+
+/// The least width the name column keeps before another column goes, and the top
+/// column's least (the two share what the others leave, 3 to 2).
+const NAME_MIN: u16 = 10;
+const TOP_MIN: u16 = 7;
+
+/// Which of the table's columns (name, spawns/s, total, mean cost, phases, top) fit in
+/// `width` cells, each column after the first taking its width and a space: the name keeps
+/// at least `NAME_MIN` cells, and the top and phase columns go first, then the total, then
+/// the mean cost. The name and spawns/s always stay.
+fn columns_shown(width: u16) -> [bool; 6] {
+    // (column, its width with the space before it), in the order they are kept.
+    let optional = [
+        (3, 11 + 1),
+        (2, 8 + 1),
+        (4, BAR_WIDTH as u16 + 1 + 1),
+        (5, TOP_MIN + 1),
+    ];
+    let mut shown = [true, true, false, false, false, false];
+    let mut used = NAME_MIN + 10 + 1;
+    for (column, w) in optional {
+        if used + w > width {
+            break;
+        }
+        used += w;
+        shown[column] = true;
+    }
+    shown
 }
 
 fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
@@ -338,6 +384,39 @@ mod tests {
         assert_eq!(fit_left("/a/日本語", 4), "…語");
         assert_eq!(fit_left(path, 1), "…");
         assert_eq!(fit_left(path, 0), "");
+    }
+
+    #[test]
+    fn a_narrow_terminal_keeps_the_name_column() {
+        // name, spawns/s, total, mean, phases, top
+        assert_eq!(columns_shown(20), [true, true, false, false, false, false]);
+        assert_eq!(columns_shown(40), [true, true, false, true, false, false]);
+        assert_eq!(columns_shown(50), [true, true, true, true, false, false]);
+        assert_eq!(columns_shown(75), [true, true, true, true, true, false]);
+        assert_eq!(columns_shown(80), [true; 6]);
+        // Drawn: at 24 columns the binary's name is there, cut from the left.
+        let backend = ratatui::backend::TestBackend::new(24, 12);
+        let mut terminal = ratatui::Terminal::new(backend).unwrap();
+        let mut view = TopView::default();
+        view.rows[GroupMode::Binary as usize].push(TopRow {
+            name: "/usr/lib/gcc/x86_64-linux-gnu/14/cc1".into(),
+            processes: 3,
+            total: 3,
+            top: "/usr/bin/make".into(),
+            ..Default::default()
+        });
+        terminal
+            .draw(|f| draw(f, &view, &ViewState::default()))
+            .unwrap();
+        let screen: String = terminal
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(screen.contains("/14/cc1"), "{screen}");
+        assert!(screen.contains("BINARY"), "{screen}");
     }
 
     #[test]

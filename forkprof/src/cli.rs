@@ -294,10 +294,16 @@ fn writable_path(s: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// A duration that must be longer than zero (`--interval`, `--duration`).
+/// The longest `--interval` or `--duration`: a year. Longer is a typo (`1000d` for `100s`),
+/// and near the clock's range a timer's deadline would overflow.
+const LONGEST: std::time::Duration = std::time::Duration::from_secs(366 * 24 * 3600);
+
+/// A duration that must be longer than zero and at most `LONGEST` (`--interval`,
+/// `--duration`).
 fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => Err("must be longer than 0".into()),
+        d if d > LONGEST => Err("must be at most a year (366d)".into()),
         d => Ok(d),
     }
 }
@@ -329,7 +335,8 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         && secs.is_finite()
         && secs >= 0.0
     {
-        return Ok(std::time::Duration::from_secs_f64(secs));
+        return std::time::Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("{s} seconds is longer than any clock can count"));
     }
     humantime::parse_duration(s).map_err(|e| format!("{e} (try 30s, 5m or 1h)"))
 }

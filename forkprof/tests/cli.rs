@@ -46,6 +46,13 @@ fn empty_or_inverted_ranges_are_refused() {
         "longer than 0",
     );
     assert_refused(&["bench", "--rows", "nosuch"], "matches no row");
+    // Centuries are a typo, and seconds past any clock's range were a panic.
+    assert_refused(
+        &["record", "-o", "/tmp/x.db", "--duration", "200years"],
+        "at most a year",
+    );
+    assert_refused(&["top", "--interval", "1e300"], "longer than any clock");
+    assert_refused(&["report", db, "--from", "1e300"], "longer than any clock");
 }
 
 #[test]

@@ -759,7 +759,8 @@ pub fn check_exec_threads(report: &Value, count: u64, program: &str) -> Result<S
 /// workload's own line (`truth`: each case's absolute binary path and errno, as the workload
 /// resolved them): each exec whose argv[0] is `fp-path-CASE` is shown with that path and
 /// errno (a relative path made absolute against its directory, `/dev/fd/N` and
-/// `/proc/self/exe` as the file they name), and the binaries table keeps `DIR/a/t` and
+/// `/proc/self/exe` as the file they name, a memfd as `/memfd:NAME`, a path deeper than the
+/// kernel walks as `…/` and its last names), and the binaries table keeps `DIR/a/t` and
 /// `DIR/b/t` apart (three execs and two). Returns a one-line summary, or what is wrong.
 pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
     let truth: Value =

@@ -168,7 +168,8 @@ fn concurrent_execs_of_one_processs_threads_are_each_recorded() {
 /// directories is two binaries (before, one row "./t"), a failed `./missing` names the
 /// directory it was looked for in, and fexecve, execveat with a directory descriptor and
 /// /proc/self/exe name the file they ran (before: `/dev/fd/3`, `/dev/fd/3/t`,
-/// `/proc/self/exe`). The ground truth is the workload's own resolution of each path.
+/// `/proc/self/exe`), a memfd is `/memfd:NAME`, and a directory deeper than the walk gives
+/// `…/` and its last names. The ground truth is the workload's own resolution of each path.
 #[test]
 fn an_exec_path_that_is_not_absolute_is_shown_as_the_binary_it_ran() {
     needs_root!();

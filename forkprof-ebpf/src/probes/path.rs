@@ -21,10 +21,11 @@ use crate::maps::{self, BtfPtr, kernel_u64};
 
 /// The most steps a walk takes: one a name, or one a crossing from a mount to its
 /// mountpoint. A deeper path's first names are left out (the record says it is incomplete).
-const WALK_STEPS: usize = 24;
-/// Room for the steps' name addresses and the 0 after them: a power of two, more than
-/// `WALK_STEPS`.
+const WALK_STEPS: usize = 30;
+/// Room for the steps' name addresses, the 0 after them and the names' offset (the last
+/// word): a power of two, at least `WALK_STEPS + 2`.
 const STEPS_MAX: usize = 32;
+const _: () = assert!(STEPS_MAX.is_power_of_two() && WALK_STEPS + 2 <= STEPS_MAX);
 /// A step's name address where the step crossed a mount (no kernel address is 1).
 const CROSSED: u64 = 1;
 
@@ -91,6 +92,7 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
             break;
         }
         let mut name = CROSSED;
+        let mut detached = false;
         if dentry == mnt_root {
             // The root of a mount: go on from its mountpoint, in its parent mount. The top
             // mount (of this namespace, or an internal one such as memfd's) is its own parent.
@@ -105,17 +107,20 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
             mnt_root = kernel_u64(mnt + layout.vfsmount_root as u64);
         } else {
             let parent = kernel_u64(dentry + layout.dentry_parent as u64);
-            if parent == dentry {
-                // A filesystem's root that is no mount's root (a detached tree).
-                complete = true;
-                break;
-            }
             name = kernel_u64(dentry + layout.dentry_name as u64);
+            // Its own parent, yet no mount's root: a dentry outside any tree, such as a
+            // memfd's ("memfd:NAME", which d_path shows as "/memfd:NAME (deleted)"). Its name
+            // is the last one.
+            detached = parent == dentry;
             dentry = parent;
         }
         // SAFETY: `steps` < WALK_STEPS ≤ STEPS_MAX u64s, inside argv's ARGV_LEN bytes.
         unsafe { steps_at.add(steps & (STEPS_MAX - 1)).write_unaligned(name) };
         steps += 1;
+        if detached {
+            complete = true;
+            break;
+        }
     }
     // The reads end at a 0, not at `steps`: the verifier then follows them once, not once
     // for each count of steps.

@@ -38,8 +38,11 @@
 //!   exec-paths DIR PROGRAM         copies PROGRAM to DIR/a/t and DIR/b/t, then, a child
 //!                                  each, execs paths that are not absolute: ./t in DIR/a,
 //!                                  t and ../a/./t in DIR/b, ./missing in DIR/b (ENOENT),
-//!                                  fexecve of DIR/b/t, execveat(DIR/a, "t"), and
-//!                                  /proc/self/exe. Each exec's argv[0] is fp-path-CASE;
+//!                                  fexecve of DIR/b/t and of a memfd holding PROGRAM,
+//!                                  execveat(DIR/a, "t"), /proc/self/exe, and ./t in a
+//!                                  directory 40 levels deep (more than the kernel
+//!                                  walks: `…/` and the last names). Each exec's argv[0]
+//!                                  is fp-path-CASE;
 //!                                  prints `{"CASE": [absolute path, errno], ...}`
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
@@ -65,6 +68,17 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         std::fs::copy(program, dir.join(sub).join("t"))
             .unwrap_or_else(|e| die(&format!("copy {program}: {e}")));
     }
+    // 40 levels: deeper than the kernel walks (30 steps), so the path is its last names.
+    let deep: String = (1..=40)
+        .map(|i| format!("n{i}"))
+        .collect::<Vec<_>>()
+        .join("/");
+    let deep = format!("deep/{deep}");
+    let _ = std::fs::create_dir_all(dir.join(&deep));
+    std::fs::copy(program, dir.join(&deep).join("t"))
+        .unwrap_or_else(|e| die(&format!("copy {program}: {e}")));
+    let deep_shown: String = (11..=40).map(|i| format!("n{i}/")).collect();
+    let deep_shown = format!("…/{deep_shown}t");
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|e| die(&format!("{e}")));
     let path = |rel: &str| cstring(dir.join(rel).to_str().unwrap_or_else(|| die("path")));
     let own = std::fs::canonicalize("/proc/self/exe").unwrap_or_else(|e| die(&format!("{e}")));
@@ -73,6 +87,7 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         Execv(&'static str),
         Fexecve(&'static str),
         Execveat(&'static str, &'static str),
+        Memfd,
     }
     let cases = [
         ("dot", "a", How::Execv("./t"), "a/t", 0),
@@ -87,7 +102,10 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         ),
         ("fexecve", "b", How::Fexecve("b/t"), "b/t", 0),
         ("execveat", "b", How::Execveat("a", "t"), "a/t", 0),
+        // A memfd's dentry is in no tree: d_path calls it /memfd:NAME (deleted).
+        ("memfd", "b", How::Memfd, "/memfd:fp-memfd", 0),
         ("self", "b", How::Execv("/proc/self/exe"), "", 0),
+        ("deep", &deep, How::Execv("./t"), &deep_shown, 0),
     ];
     let mut truth = Vec::new();
     for (case, cwd, how, binary, errno) in cases {
@@ -104,8 +122,25 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         let cwd = path(cwd);
         let binary = if binary.is_empty() {
             own.clone()
+        } else if binary.starts_with('…') {
+            std::path::PathBuf::from(binary)
         } else {
             dir.join(binary)
+        };
+        // The memfd, filled before the fork.
+        let memfd = if matches!(how, How::Memfd) {
+            let name = cstring("fp-memfd");
+            // SAFETY: a valid name; the fd is the child's to exec.
+            let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+            let bytes = std::fs::read(program).unwrap_or_else(|e| die(&format!("{e}")));
+            // SAFETY: writes `bytes` to our own fd.
+            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            if fd < 0 || n != bytes.len() as isize {
+                die("memfd_create or write failed");
+            }
+            fd
+        } else {
+            -1
         };
         truth.push(format!(
             "{:?}: [{:?}, {errno}]",
@@ -116,6 +151,7 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         let target = match &how {
             How::Execv(p) => cstring(p),
             How::Fexecve(p) | How::Execveat(p, _) => path(p),
+            How::Memfd => cstring(""),
         };
         let name = match &how {
             How::Execveat(_, n) => cstring(n),
@@ -136,6 +172,9 @@ fn exec_paths(dir: &str, program: &str) -> ! {
                     How::Fexecve(_) => {
                         let fd = libc::open(target.as_ptr(), libc::O_RDONLY);
                         libc::fexecve(fd, argv.as_ptr(), envp.as_ptr());
+                    }
+                    How::Memfd => {
+                        libc::fexecve(memfd, argv.as_ptr(), envp.as_ptr());
                     }
                     How::Execveat(..) => {
                         let fd = libc::open(target.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
@@ -158,6 +197,10 @@ fn exec_paths(dir: &str, program: &str) -> ! {
         }
         if pid < 0 {
             die("fork failed");
+        }
+        if memfd >= 0 {
+            // SAFETY: our own fd, no longer needed here.
+            unsafe { libc::close(memfd) };
         }
         let mut status = 0;
         // SAFETY: plain syscall with a valid out-pointer.

@@ -79,7 +79,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     println!(
         "exec paths    {}",
         match &loaded.kernel.walk_paths_missing {
-            None => "relative and /dev/fd paths made absolute (dentry walk)".to_string(),
+            None => "relative, /dev/fd and /proc paths made absolute (dentry walk)".to_string(),
             Some(why) => format!("shown as given: {why}"),
         }
     );

@@ -178,6 +178,13 @@ impl<'a> Btf<'a> {
         )
     }
 
+    /// Byte offset of `member` in the struct named `strukt`, or why there is none.
+    fn offset(&self, strukt: &str, member: &str) -> Result<u32> {
+        self.struct_id(strukt)
+            .and_then(|id| self.member_offset(id, member))
+            .with_context(|| format!("{strukt}.{member} not found in BTF"))
+    }
+
     /// Byte offset of `member` in struct/union `id`, descending into anonymous members.
     fn member_offset(&self, id: usize, member: &str) -> Option<u32> {
         let &(_, info, _, trailing) = self.types.get(id)?;
@@ -247,11 +254,7 @@ impl KernelInfo {
 /// The offsets of the dentry walk that makes a relative or file-descriptor exec path
 /// absolute (forkprof-ebpf's `path` module); `walk_paths` is set only when all were found.
 fn walk_offsets(btf: &Btf<'_>, task: usize, layout: &mut KernelLayout) -> Result<()> {
-    let member = |strukt: &str, name: &str| {
-        btf.struct_id(strukt)
-            .and_then(|id| btf.member_offset(id, name))
-            .with_context(|| format!("{strukt}.{name} not found in BTF"))
-    };
+    let member = |strukt: &str, name: &str| btf.offset(strukt, name);
     layout.task_fs = btf
         .member_offset(task, "fs")
         .context("task_struct.fs not found in BTF")?;
@@ -295,11 +298,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
         },
         ..Default::default()
     };
-    let member = |strukt: &str, name: &str| {
-        btf.struct_id(strukt)
-            .and_then(|id| btf.member_offset(id, name))
-            .with_context(|| format!("{strukt}.{name} not found in BTF"))
-    };
+    let member = |strukt: &str, name: &str| btf.offset(strukt, name);
     info.layout.mm_arg_start = member("mm_struct", "arg_start")?;
     info.layout.mm_arg_end = member("mm_struct", "arg_end")?;
     info.layout.bprm_filename = member("linux_binprm", "filename")?;

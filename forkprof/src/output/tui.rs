@@ -198,10 +198,10 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
     let shown = columns_shown(body.width);
     let widths: Vec<Constraint> = [
         Constraint::Fill(3),
-        Constraint::Length(10),
-        Constraint::Length(8),
-        Constraint::Length(11),
-        Constraint::Length(BAR_WIDTH as u16 + 1),
+        Constraint::Length(SPAWNS_W),
+        Constraint::Length(TOTAL_W),
+        Constraint::Length(MEAN_W),
+        Constraint::Length(BAR_W),
         Constraint::Fill(2),
     ]
     .into_iter()
@@ -266,6 +266,11 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
 /// column's least (the two share what the others leave, 3 to 2).
 const NAME_MIN: u16 = 10;
 const TOP_MIN: u16 = 7;
+/// The fixed widths of the spawns/s, total, mean cost and phase bar columns.
+const SPAWNS_W: u16 = 10;
+const TOTAL_W: u16 = 8;
+const MEAN_W: u16 = 11;
+const BAR_W: u16 = BAR_WIDTH as u16 + 1;
 
 /// Which of the table's columns (name, spawns/s, total, mean cost, phases, top) fit in
 /// `width` cells, each column after the first taking its width and a space: the name keeps
@@ -274,13 +279,13 @@ const TOP_MIN: u16 = 7;
 fn columns_shown(width: u16) -> [bool; 6] {
     // (column, its width with the space before it), in the order they are kept.
     let optional = [
-        (3, 11 + 1),
-        (2, 8 + 1),
-        (4, BAR_WIDTH as u16 + 1 + 1),
+        (3, MEAN_W + 1),
+        (2, TOTAL_W + 1),
+        (4, BAR_W + 1),
         (5, TOP_MIN + 1),
     ];
     let mut shown = [true, true, false, false, false, false];
-    let mut used = NAME_MIN + 10 + 1;
+    let mut used = NAME_MIN + SPAWNS_W + 1;
     for (column, w) in optional {
         if used + w > width {
             break;

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
+use super::floor::FloorMode;
 use super::tools::{Paths, clean_env};
 
 /// How long one of forkprof's eBPF programs ran during one run of the loop.
@@ -23,14 +24,15 @@ pub(super) struct ProgStat {
 /// Only programs loaded after the run started count, so another forkprof loaded before
 /// (a test, say) is left out.
 pub(super) fn measure(paths: &Paths, iterations: u32) -> Result<Vec<ProgStat>> {
-    measure_with(paths, &paths.forkprof, false, iterations)
+    measure_with(paths, &paths.forkprof, FloorMode::Run, false, iterations)
 }
 
-/// `measure` with the binary `forkprof`, and with empty programs (FORKPROF_BENCH_EMPTY=1)
-/// when `empty` is set.
+/// `measure` with the binary `forkprof` in `mode`, and with empty programs
+/// (FORKPROF_BENCH_EMPTY=1) when `empty` is set.
 pub(super) fn measure_with(
     paths: &Paths,
     forkprof: &Path,
+    mode: FloorMode,
     empty: bool,
     iterations: u32,
 ) -> Result<Vec<ProgStat>> {
@@ -41,17 +43,55 @@ pub(super) fn measure_with(
     let old = fs::read_to_string(sysctl).context("cannot read kernel.bpf_stats_enabled")?;
     fs::write(sysctl, "1").context("cannot set kernel.bpf_stats_enabled")?;
     let out = paths.dir.join("bpf-stats.txt");
-    let mut cmd = Command::new(forkprof);
-    cmd.args(["run", "--report"])
-        .arg(paths.dir.join("forkprof-stats-report.txt"))
-        .args([
-            "--",
-            "/bin/sh",
-            "-c",
-            "\"$0\" \"$1\" \"$2\" && bpftool prog show > \"$3\"",
-        ])
-        .arg(&paths.spawn_loop)
-        .arg(iterations.to_string())
+    let mut cmd = match mode {
+        FloorMode::Run => {
+            let mut c = Command::new(forkprof);
+            c.args(["run", "--report"])
+                .arg(paths.dir.join("forkprof-stats-report.txt"))
+                .args([
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "\"$0\" \"$1\" \"$2\" && bpftool prog show > \"$3\"",
+                ])
+                .arg(&paths.spawn_loop);
+            c
+        }
+        // Trace-all: the agent starts first, the loop once it says it traces, and bpftool
+        // right after the loop, before the agent stops and its programs unload.
+        FloorMode::Record | FloorMode::Monitor => {
+            let (args, ready) = if mode == FloorMode::Record {
+                let db = paths.dir.join("floor-record.db");
+                (
+                    format!("record --force -o '{}'", db.display()),
+                    "forkprof: recording",
+                )
+            } else {
+                (
+                    "monitor --listen 127.0.0.1:0".to_owned(),
+                    "forkprof: serving metrics",
+                )
+            };
+            let script = format!(
+                r#"fp=$1; err=$2; shift 2
+"$fp" {args} 2>"$err" & agent=$!
+until grep -q '^{ready}' "$err"; do
+  kill -0 $agent 2>/dev/null || {{ cat "$err" >&2; exit 1; }}
+  sleep 0.05
+done
+"$1" "$2" "$3" && bpftool prog show > "$4"; status=$?
+kill -INT $agent; wait $agent || {{ cat "$err" >&2; exit 1; }}
+exit $status"#
+            );
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", &script, "sh"])
+                .arg(forkprof)
+                .arg(paths.dir.join("floor-agent.stderr"))
+                .arg(&paths.spawn_loop);
+            c
+        }
+    };
+    cmd.arg(iterations.to_string())
         .arg(paths.loop_arg())
         .arg(&out)
         .stdin(Stdio::null())
@@ -67,7 +107,10 @@ pub(super) fn measure_with(
     let status = result.context("cannot start forkprof")?;
     restored.context("cannot restore kernel.bpf_stats_enabled")?;
     if !status.success() {
-        bail!("forkprof run for the statistics failed: {status}");
+        bail!(
+            "forkprof {} for the statistics failed: {status}",
+            mode.name()
+        );
     }
     let text =
         fs::read_to_string(&out).with_context(|| format!("bpftool wrote no {}", out.display()))?;

@@ -18,6 +18,28 @@ use super::bpf_stats::{self, ProgStat};
 use super::stats::{median, median_ci90};
 use super::tools::Paths;
 
+/// The forkprof command whose programs are measured: `run` follows the loop alone; `record`
+/// and `monitor` trace the whole system (trace-all), started before the loop and stopped
+/// after it, as their rows in the pairs are.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum FloorMode {
+    #[default]
+    Run,
+    Record,
+    Monitor,
+}
+
+impl FloorMode {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            FloorMode::Run => "run",
+            FloorMode::Record => "record",
+            FloorMode::Monitor => "monitor",
+        }
+    }
+}
+
 /// A forkprof binary to measure, and its name in the table.
 pub(super) struct Build {
     pub(super) label: String,
@@ -34,6 +56,7 @@ pub(super) struct Rounds {
 /// Runs `rounds` rounds; in each, every build's real run and then its empty run.
 pub(super) fn measure(
     paths: &Paths,
+    mode: FloorMode,
     iterations: u32,
     rounds: u32,
     builds: &[Build],
@@ -52,12 +75,14 @@ pub(super) fn measure(
             rounds.real.push(bpf_stats::measure_with(
                 paths,
                 &build.forkprof,
+                mode,
                 false,
                 iterations,
             )?);
             rounds.empty.push(bpf_stats::measure_with(
                 paths,
                 &build.forkprof,
+                mode,
                 true,
                 iterations,
             )?);
@@ -168,14 +193,15 @@ pub(super) fn paired(this: &Summary, other: &Summary) -> Vec<f64> {
 }
 
 /// The text tables, one per build, and the difference of the first build from the others.
-pub(super) fn table(summaries: &[Summary], iterations: u32) -> String {
+pub(super) fn table(summaries: &[Summary], mode: FloorMode, iterations: u32) -> String {
     let mut out = String::new();
     let rounds = summaries.first().map_or(0, |s| s.round_above_us.len());
     let _ = writeln!(
         out,
-        "\nforkprof's own work above its hooks' floor: {rounds} rounds of {iterations} \
-         iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating, \
-         kernel.bpf_stats_enabled=1; medians in us per iteration"
+        "\nforkprof's own work above its hooks' floor, under forkprof {}: {rounds} rounds of \
+         {iterations} iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) \
+         alternating, kernel.bpf_stats_enabled=1; medians in us per iteration",
+        mode.name()
     );
     for s in summaries {
         let width = bpf_stats::name_width(s.programs.iter().map(|p| p.program.as_str()));
@@ -307,7 +333,7 @@ mod tests {
         let this = summary("this", vec![3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
         let before = summary("before", vec![1.0, 1.0, 1.0, 1.0, 1.0, 9.0]);
         assert_eq!(paired(&this, &before), [2.0, 3.0, 4.0, 5.0, 6.0, -1.0]);
-        let text = table(&[this, before], 1000);
+        let text = table(&[this, before], FloorMode::Run, 1000);
         // Six values: the median of -1, 2, 3, 4, 5, 6 is 3.5; the 90% interval is [min, max].
         assert!(
             text.contains("median +3.50, 90% CI -1.00 .. +6.00\n"),
@@ -318,6 +344,7 @@ mod tests {
                 summary("this", vec![1.0; 4]),
                 summary("before", vec![0.5; 4]),
             ],
+            FloorMode::Run,
             1000,
         );
         assert!(
@@ -335,9 +362,9 @@ mod tests {
         before.real[1][0].run_ns = 5_500_000;
         before.real[2][0].run_ns = 4_500_000;
         let before = summarise(&before, 1000);
-        let text = table(&[this, before], 1000);
+        let text = table(&[this, before], FloorMode::Run, 1000);
         let expected = "\n\
-forkprof's own work above its hooks' floor: 3 rounds of 1000 iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating, kernel.bpf_stats_enabled=1; medians in us per iteration\n\
+forkprof's own work above its hooks' floor, under forkprof run: 3 rounds of 1000 iterations, real and empty programs (FORKPROF_BENCH_EMPTY=1) alternating, kernel.bpf_stats_enabled=1; medians in us per iteration\n\
 \n\
 this build:\n\
 \n\

@@ -38,6 +38,8 @@ struct JsonReport<'a> {
     runs: Vec<JsonRun<'a>>,
     bpf_stats: Option<&'a [ProgStat]>,
     ablation: Option<Vec<JsonFamily<'a>>>,
+    /// The forkprof command `above_floor` measured (`--floor-mode`), with it.
+    above_floor_mode: Option<super::floor::FloorMode>,
     above_floor: Option<Vec<JsonFloor<'a>>>,
 }
 
@@ -170,6 +172,7 @@ pub(super) fn json(
                 })
                 .collect()
         }),
+        above_floor_mode: floor.map(|_| args.floor_mode),
         above_floor: floor.map(|fs| fs.iter().map(JsonFloor::new).collect()),
     })?)
 }
@@ -233,7 +236,8 @@ mod tests {
                 r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[],"cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
                 r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}],"#,
-                r#""ablation":null,"above_floor":[{"build":"this build","above_us":1.831,"#,
+                r#""ablation":null,"above_floor_mode":"run","#,
+                r#""above_floor":[{"build":"this build","above_us":1.831,"#,
                 r#""round_above_us":[1.5,2.25],"programs":[{"program":"forkprof_sys_enter","#,
                 r#""hits_per_iter":33.8,"real_us":3.661,"empty_us":1.83,"above_us":1.831}]}]}"#,
             )

@@ -64,6 +64,10 @@ pub struct BenchArgs {
     /// floor of its hooks (needs bpftool).
     #[arg(long, value_name = "ROUNDS", value_parser = clap::value_parser!(u32).range(1..=100))]
     above_floor: Option<u32>,
+    /// With --above-floor: the forkprof command measured. `run` follows the loop; `record`
+    /// and `monitor` trace the whole system (trace-all), started before the loop.
+    #[arg(long, value_enum, default_value_t, requires = "above_floor")]
+    floor_mode: floor::FloorMode,
     /// With --above-floor: another forkprof binary (an earlier build, say) measured in the
     /// same rounds, right after this one, and compared with it.
     #[arg(long, value_name = "FORKPROF", requires = "above_floor")]
@@ -127,7 +131,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     forkprof: before.clone(),
                 });
             }
-            let runs = floor::measure(&paths, args.iterations, rounds, &builds)?;
+            let runs = floor::measure(&paths, args.floor_mode, args.iterations, rounds, &builds)?;
             Some(
                 runs.iter()
                     .map(|r| floor::summarise(r, args.iterations))

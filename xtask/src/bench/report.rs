@@ -69,7 +69,7 @@ pub(super) fn print(
             print!("{}", ablation::table(families));
         }
         if let Some(floor) = floor {
-            print!("{}", floor::table(floor, args.iterations));
+            print!("{}", floor::table(floor, args.floor_mode, args.iterations));
         }
     }
     Ok(())
@@ -224,6 +224,7 @@ pub(super) mod tests {
             ablation: false,
             above_floor: None,
             before: None,
+            floor_mode: floor::FloorMode::Run,
             max_background: 0.25,
             retries: 1,
             bpf_stats: false,

@@ -4,10 +4,10 @@
 # For `record` and `monitor`, with the real programs and with empty ones (the floor), it
 # prints the time inside forkprof's eBPF programs per spawn, from kernel.bpf_stats_enabled.
 # Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
-#   [IDLE=10000] [ROUNDS=2] bench/busy-host.sh [ITERATIONS]
+#   [IDLE=10000] [ROUNDS=2] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-fp=$root/target/release/forkprof
+fp=${FORKPROF:-$root/target/release/forkprof}
 loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
 n=${1:-2000}
@@ -54,18 +54,49 @@ measure() { # MODE LABEL [ENV...]
   "$loop" "$n" "$true_dyn" >/dev/null & local b=$!
   wait $a $b
   bpftool prog show -j > "$work/progs.json"
+  cp "$work/progs.json" "$work/$mode-$label-$((++measured)).json"
   sysctl -qw kernel.bpf_stats_enabled=0
   kill -INT $agent; wait $agent || true
-  python3 - "$work/progs.json" "$((2 * n))" "$label" <<'PY'
+  python3 - "$work/progs.json" "$((2 * n))" "$mode ($label)" <<'PY'
 import json, sys
 progs, spawns, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 ns = sum(p.get("run_time_ns", 0) for p in progs if p.get("name", "").startswith("forkprof"))
 print(f"{label:<24} {ns / spawns / 1000:6.2f} us per spawn in forkprof's programs")
 PY
 }
+measured=0
 for mode in record monitor; do
   for _ in $(seq "${ROUNDS:-2}"); do
-    measure $mode "$mode (real)"
-    measure $mode "$mode (empty)" FORKPROF_BENCH_EMPTY=1
+    measure $mode real
+    measure $mode empty FORKPROF_BENCH_EMPTY=1
   done
 done
+# Each program's median over the rounds, real and empty, per spawn: where the work above
+# the floor goes in trace-all mode.
+python3 - "$work" "$((2 * n))" <<'PY'
+import glob, json, os, statistics, sys
+work, spawns = sys.argv[1], int(sys.argv[2])
+for mode in ("record", "monitor"):
+    per, hits = {}, {}  # program -> kind -> [us per spawn], [hits per spawn]
+    for path in glob.glob(f"{work}/{mode}-*.json"):
+        kind = os.path.basename(path).split("-")[1]
+        for p in json.load(open(path)):
+            name = p.get("name", "")
+            if name.startswith("forkprof"):
+                per.setdefault(name, {}).setdefault(kind, []).append(
+                    p.get("run_time_ns", 0) / spawns / 1000)
+                hits.setdefault(name, {}).setdefault(kind, []).append(
+                    p.get("run_cnt", 0) / spawns)
+    rows = []
+    for name, kinds in per.items():
+        real = statistics.median(kinds.get("real", [0]))
+        empty = statistics.median(kinds.get("empty", [0]))
+        h = [statistics.median(hits[name].get(k, [0])) for k in ("real", "empty")]
+        rows.append((real - empty, name, real, empty, h))
+    print(f"\n{mode}: medians over the rounds, per spawn")
+    print(f"{'program':<30} {'hits real':>9} {'empty':>7} {'us real':>8} {'empty':>7} {'above':>7}")
+    for above, name, real, empty, h in sorted(rows, reverse=True):
+        if real or empty:
+            print(f"{name:<30} {h[0]:9.1f} {h[1]:7.1f} {real:8.2f} {empty:7.2f} {above:7.2f}")
+    print(f"{'total':<30} {'':>9} {'':>7} {sum(r[2] for r in rows):8.2f} {sum(r[3] for r in rows):7.2f} {sum(r[0] for r in rows):7.2f}")
+PY

@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
 use super::floor::FloorMode;
-use super::tools::{Paths, clean_env};
+use super::tools::{Paths, clean_env, while_tracing};
 
 /// How long one of forkprof's eBPF programs ran during one run of the loop.
 #[derive(Debug, PartialEq, Serialize)]
@@ -43,55 +43,37 @@ pub(super) fn measure_with(
     let old = fs::read_to_string(sysctl).context("cannot read kernel.bpf_stats_enabled")?;
     fs::write(sysctl, "1").context("cannot set kernel.bpf_stats_enabled")?;
     let out = paths.dir.join("bpf-stats.txt");
+    // The loop, then bpftool while the programs are still loaded: $0 is the loop.
+    let then_bpftool = "\"$0\" \"$1\" \"$2\" && bpftool prog show > \"$3\"";
     let mut cmd = match mode {
         FloorMode::Run => {
             let mut c = Command::new(forkprof);
             c.args(["run", "--report"])
                 .arg(paths.dir.join("forkprof-stats-report.txt"))
-                .args([
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    "\"$0\" \"$1\" \"$2\" && bpftool prog show > \"$3\"",
-                ])
-                .arg(&paths.spawn_loop);
+                .args(["--", "/bin/sh", "-c", then_bpftool]);
             c
         }
-        // Trace-all: the agent starts first, the loop once it says it traces, and bpftool
-        // right after the loop, before the agent stops and its programs unload.
+        // Trace-all: the agent starts first and the loop once it says it traces, as in the
+        // pairs.
         FloorMode::Record | FloorMode::Monitor => {
+            let db = paths.dir.join("floor-record.db");
             let (args, ready) = if mode == FloorMode::Record {
-                let db = paths.dir.join("floor-record.db");
-                (
-                    format!("record --force -o '{}'", db.display()),
-                    "forkprof: recording",
-                )
+                let db = db.to_str().context("a path that is not UTF-8")?;
+                (vec!["record", "--force", "-o", db], "forkprof: recording")
             } else {
                 (
-                    "monitor --listen 127.0.0.1:0".to_owned(),
+                    vec!["monitor", "--listen", "127.0.0.1:0"],
                     "forkprof: serving metrics",
                 )
             };
-            let script = format!(
-                r#"fp=$1; err=$2; shift 2
-"$fp" {args} 2>"$err" & agent=$!
-until grep -q '^{ready}' "$err"; do
-  kill -0 $agent 2>/dev/null || {{ cat "$err" >&2; exit 1; }}
-  sleep 0.05
-done
-"$1" "$2" "$3" && bpftool prog show > "$4"; status=$?
-kill -INT $agent; wait $agent || {{ cat "$err" >&2; exit 1; }}
-exit $status"#
-            );
-            let mut c = Command::new("/bin/sh");
-            c.args(["-c", &script, "sh"])
-                .arg(forkprof)
-                .arg(paths.dir.join("floor-agent.stderr"))
-                .arg(&paths.spawn_loop);
+            let stderr = paths.dir.join("floor-agent.stderr");
+            let mut c = while_tracing(forkprof, &stderr, &args, ready, Path::new("/bin/sh"));
+            c.args(["-c", then_bpftool]);
             c
         }
     };
-    cmd.arg(iterations.to_string())
+    cmd.arg(&paths.spawn_loop)
+        .arg(iterations.to_string())
         .arg(paths.loop_arg())
         .arg(&out)
         .stdin(Stdio::null())

@@ -179,24 +179,13 @@ impl Paths {
     /// `sh -c` running forkprof `args` in the background until it says it is tracing (a
     /// stderr line starting with `ready`), then the loop, then SIGINT to forkprof.
     fn around(&self, args: &[&str], ready: &str) -> Command {
-        let script = format!(
-            r#"fp=$1; out=$2; shift 2
-"$fp" {} 2>"$out" & agent=$!
-until grep -q '^{ready}' "$out"; do
-  kill -0 $agent 2>/dev/null || {{ cat "$out" >&2; exit 1; }}
-  sleep 0.05
-done
-"$@"; status=$?
-kill -INT $agent; wait $agent || {{ cat "$out" >&2; exit 1; }}
-exit $status"#,
-            args.join(" ")
-        );
-        let mut c = Command::new("/bin/sh");
-        c.args(["-c", &script, "sh"])
-            .arg(&self.forkprof)
-            .arg(self.dir.join("agent.stderr"))
-            .arg(&self.spawn_loop);
-        c
+        while_tracing(
+            &self.forkprof,
+            &self.dir.join("agent.stderr"),
+            args,
+            ready,
+            &self.spawn_loop,
+        )
     }
 
     /// The command line of one run: the loop alone (`tool` None) or under a tool.
@@ -285,6 +274,37 @@ exit $status"#,
             .arg(line);
         Ok(c)
     }
+}
+
+/// `sh -c` running `forkprof ARGS` in the background (its stderr to `stderr`) until it says
+/// it is tracing (a stderr line starting with `ready`), then `program` with the arguments the
+/// caller adds, then SIGINT to forkprof; the exit status is the program's, or 1 when
+/// forkprof stops early or fails (its stderr is shown then).
+pub(super) fn while_tracing(
+    forkprof: &Path,
+    stderr: &Path,
+    args: &[&str],
+    ready: &str,
+    program: &Path,
+) -> Command {
+    let script = format!(
+        r#"fp=$1; out=$2; shift 2
+"$fp" {} 2>"$out" & agent=$!
+until grep -q '^{ready}' "$out"; do
+  kill -0 $agent 2>/dev/null || {{ cat "$out" >&2; exit 1; }}
+  sleep 0.05
+done
+"$@"; status=$?
+kill -INT $agent; wait $agent || {{ cat "$out" >&2; exit 1; }}
+exit $status"#,
+        args.join(" ")
+    );
+    let mut c = Command::new("/bin/sh");
+    c.args(["-c", &script, "sh"])
+        .arg(forkprof)
+        .arg(stderr)
+        .arg(program);
+    c
 }
 
 /// Gives `cmd` a fixed, minimal environment: what the workload sees must not depend on who

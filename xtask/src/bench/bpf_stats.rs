@@ -8,7 +8,9 @@ use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
 use super::floor::FloorMode;
-use super::tools::{Paths, clean_env, while_tracing};
+use super::tools::{
+    MONITOR_ARGS, Paths, RECORDING, SERVING, clean_env, record_args, while_tracing,
+};
 
 /// How long one of forkprof's eBPF programs ran during one run of the loop.
 #[derive(Debug, PartialEq, Serialize)]
@@ -57,14 +59,11 @@ pub(super) fn measure_with(
         // pairs.
         FloorMode::Record | FloorMode::Monitor => {
             let db = paths.dir.join("floor-record.db");
+            let db = db.to_str().context("a path that is not UTF-8")?;
             let (args, ready) = if mode == FloorMode::Record {
-                let db = db.to_str().context("a path that is not UTF-8")?;
-                (vec!["record", "--force", "-o", db], "forkprof: recording")
+                (record_args(db).to_vec(), RECORDING)
             } else {
-                (
-                    vec!["monitor", "--listen", "127.0.0.1:0"],
-                    "forkprof: serving metrics",
-                )
+                (MONITOR_ARGS.to_vec(), SERVING)
             };
             let stderr = paths.dir.join("floor-agent.stderr");
             let mut c = while_tracing(forkprof, &stderr, &args, ready, Path::new("/bin/sh"));

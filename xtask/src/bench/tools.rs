@@ -219,10 +219,7 @@ impl Paths {
             }
             Some(Tool::Record) => {
                 let db = self.dir.join("record.db");
-                self.around(
-                    &["record", "--force", "-o", path_str(&db)?],
-                    "forkprof: recording",
-                )
+                self.around(&record_args(path_str(&db)?), RECORDING)
             }
             Some(Tool::RecordCgroup) => {
                 let db = self.dir.join("record-cgroup.db");
@@ -232,13 +229,10 @@ impl Paths {
                     .context("no idle cgroup was made for `record --cgroup`")?;
                 self.around(
                     &["record", "--force", "--cgroup", group, "-o", path_str(&db)?],
-                    "forkprof: recording",
+                    RECORDING,
                 )
             }
-            Some(Tool::Monitor) => self.around(
-                &["monitor", "--listen", "127.0.0.1:0"],
-                "forkprof: serving metrics",
-            ),
+            Some(Tool::Monitor) => self.around(&MONITOR_ARGS, SERVING),
             Some(Tool::Strace) => self.traced_by("strace", &["-f", "-c"]),
             Some(Tool::Perf) => self.traced_by("perf", &["trace", "-s"]),
             Some(Tool::Bpftrace) => return self.bpftrace(&n),
@@ -274,6 +268,17 @@ impl Paths {
             .arg(line);
         Ok(c)
     }
+}
+
+/// What `forkprof record` says on stderr once it traces.
+pub(super) const RECORDING: &str = "forkprof: recording";
+/// `forkprof monitor` on a free port, and what it says on stderr once it traces.
+pub(super) const MONITOR_ARGS: [&str; 3] = ["monitor", "--listen", "127.0.0.1:0"];
+pub(super) const SERVING: &str = "forkprof: serving metrics";
+
+/// `forkprof record` of the whole system into `db` (replaced if it exists).
+pub(super) fn record_args(db: &str) -> [&str; 4] {
+    ["record", "--force", "-o", db]
 }
 
 /// `sh -c` running `forkprof ARGS` in the background (its stderr to `stderr`) until it says

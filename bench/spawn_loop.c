@@ -16,7 +16,14 @@
  * over the same span, from getrusage(RUSAGE_SELF) and getrusage(RUSAGE_CHILDREN): it
  * includes the eBPF programs that ran in those tasks, and moves less than wall time when
  * the host's speed drifts. Exits 1 (with a message on stderr) if any iteration fails.
+ *
+ * With SPAWN_LOOP_TRACER set, the line ends with tracer_cpu_us_per_iter=A: the CPU time of
+ * the tracing process (all its threads, those that ended too) over the same span, which C
+ * leaves out when the tracer is not the loop's child (forkprof's agent, strace). The
+ * variable is a pid, or the name (comm) of the loop's nearest ancestor to measure, such as
+ * `forkprof` for `forkprof run -- spawn_loop`. Exits 2 if that process is not found.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +56,63 @@ static long long cpu_ns(void)
 	       tv_ns(children.ru_stime);
 }
 
+/* The parent pid and comm of `pid`, from /proc/PID/stat; 0 if it cannot be read. */
+static pid_t parent_of(pid_t pid, char *comm, size_t size)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = '\0';
+	/* "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses; it ends at the last ')'. */
+	char *open = strchr(buf, '('), *close = strrchr(buf, ')');
+	if (!open || !close || close < open)
+		return 0;
+	size_t n = (size_t)(close - open - 1);
+	if (n >= size)
+		n = size - 1;
+	memcpy(comm, open + 1, n);
+	comm[n] = '\0';
+	int ppid = 0;
+	if (sscanf(close + 1, " %*c %d", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+/* The process that SPAWN_LOOP_TRACER names (a pid, or the comm of the nearest ancestor);
+ * 0 when the variable is unset, -1 when it names no process. */
+static pid_t tracer_pid(void)
+{
+	const char *want = getenv("SPAWN_LOOP_TRACER");
+	if (!want || !*want)
+		return 0;
+	if (isdigit((unsigned char)want[0]))
+		return (pid_t)atoi(want);
+	char comm[64];
+	for (pid_t pid = getppid(); pid > 1;) {
+		pid_t parent = parent_of(pid, comm, sizeof(comm));
+		if (parent == 0)
+			break;
+		if (strcmp(comm, want) == 0)
+			return pid;
+		pid = parent;
+	}
+	return -1;
+}
+
+/* CPU time (user + system) of process `pid`, every thread included; -1 if it is gone. */
+static long long process_cpu_ns(pid_t pid)
+{
+	clockid_t clock;
+	struct timespec ts;
+	if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0)
+		return -1;
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -65,6 +129,13 @@ int main(int argc, char **argv)
 	const char *prog = argv[2];
 	int vfork_exit = strcmp(prog, "--vfork-exit") == 0;
 
+	pid_t tracer = tracer_pid();
+	long long tracer_start = tracer > 0 ? process_cpu_ns(tracer) : 0;
+	if (tracer < 0 || tracer_start < 0) {
+		fprintf(stderr, "spawn_loop: no process SPAWN_LOOP_TRACER=%s to measure\n",
+			getenv("SPAWN_LOOP_TRACER"));
+		return 2;
+	}
 	long long cpu_start = cpu_ns();
 	long long start = now_ns();
 	for (long i = 0; i < n; i++) {
@@ -90,8 +161,17 @@ int main(int argc, char **argv)
 	}
 	long long total = now_ns() - start;
 	long long cpu = cpu_ns() - cpu_start;
+	long long tracer_end = tracer > 0 ? process_cpu_ns(tracer) : 0;
+	if (tracer_end < 0) {
+		fprintf(stderr, "spawn_loop: tracer %d ended during the loop\n", (int)tracer);
+		return 1;
+	}
 
-	printf("spawn_loop: iterations=%ld total_ns=%lld us_per_iter=%.3f cpu_us_per_iter=%.3f\n",
+	printf("spawn_loop: iterations=%ld total_ns=%lld us_per_iter=%.3f cpu_us_per_iter=%.3f",
 	       n, total, (double)total / 1000.0 / (double)n, (double)cpu / 1000.0 / (double)n);
+	if (tracer > 0)
+		printf(" tracer_cpu_us_per_iter=%.3f",
+		       (double)(tracer_end - tracer_start) / 1000.0 / (double)n);
+	printf("\n");
 	return 0;
 }

@@ -105,8 +105,12 @@ struct JsonRun<'a> {
     overhead_ci90_pct: Option<[Dec3; 2]>,
     cpu_overhead_pct: Option<Dec3>,
     cpu_overhead_ci90_pct: Option<[Dec3; 2]>,
+    tracer_cpu_us: Option<Dec3>,
+    total_cpu_overhead_pct: Option<Dec3>,
+    total_cpu_overhead_ci90_pct: Option<[Dec3; 2]>,
     samples_us: Vec<Dec3>,
     cpu_samples_us: Vec<Dec3>,
+    tracer_cpu_samples_us: Vec<Dec3>,
     ratios: Option<Vec<Dec3>>,
     background_cpus: Vec<Dec3>,
     noisy_pairs: usize,
@@ -118,6 +122,8 @@ impl<'a> JsonRun<'a> {
         let us = row.us();
         let ratios = row.ratios.as_deref();
         let cpu_ratios = row.cpu_ratios.as_deref();
+        let total_cpu_ratios = row.total_cpu_ratios.as_deref();
+        let tracer = row.tracer_cpu_us();
         JsonRun {
             run: row.label,
             available: row.unavailable.is_none(),
@@ -133,8 +139,14 @@ impl<'a> JsonRun<'a> {
             cpu_overhead_ci90_pct: cpu_ratios
                 .and_then(median_ci90)
                 .map(|(lo, hi)| [pct(lo), pct(hi)]),
+            tracer_cpu_us: median(&tracer).map(Dec3),
+            total_cpu_overhead_pct: total_cpu_ratios.and_then(median).map(pct),
+            total_cpu_overhead_ci90_pct: total_cpu_ratios
+                .and_then(median_ci90)
+                .map(|(lo, hi)| [pct(lo), pct(hi)]),
             samples_us: dec3(&us),
             cpu_samples_us: dec3(&row.cpu_us()),
+            tracer_cpu_samples_us: dec3(&tracer),
             ratios: ratios.map(dec3),
             background_cpus: dec3(&row.background()),
             noisy_pairs: row.noisy_pairs,
@@ -221,20 +233,26 @@ mod tests {
                 r#"{"run":"bare","available":true,"reason":null,"median_us":1000.75,"#,
                 r#""min_us":1000.0,"max_us":1001.5,"overhead_pct":null,"overhead_ci90_pct":null,"#,
                 r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
+                r#""tracer_cpu_us":null,"total_cpu_overhead_pct":null,"#,
+                r#""total_cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[1000.0,1001.5],"cpu_samples_us":[980.0,981.47],"#,
-                r#""ratios":null,"background_cpus":[0.1,0.3],"#,
+                r#""tracer_cpu_samples_us":[],"ratios":null,"background_cpus":[0.1,0.3],"#,
                 r#""noisy_pairs":0},"#,
                 r#"{"run":"forkprof run","available":true,"reason":null,"median_us":1150.9,"#,
                 r#""min_us":1100.0,"max_us":1201.8,"overhead_pct":15.0,"overhead_ci90_pct":null,"#,
                 r#""cpu_overhead_pct":12.0,"cpu_overhead_ci90_pct":null,"#,
+                r#""tracer_cpu_us":9.875,"total_cpu_overhead_pct":13.0,"#,
+                r#""total_cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[1100.0,1201.8],"cpu_samples_us":[1078.0,1177.764],"#,
-                r#""ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
+                r#""tracer_cpu_samples_us":[9.5,10.25],"ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
                 r#""noisy_pairs":1},"#,
                 r#"{"run":"strace -f -c","available":false,"#,
                 r#""reason":"package strace could not be installed","median_us":null,"#,
                 r#""min_us":null,"max_us":null,"overhead_pct":null,"overhead_ci90_pct":null,"#,
                 r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
-                r#""samples_us":[],"cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
+                r#""tracer_cpu_us":null,"total_cpu_overhead_pct":null,"#,
+                r#""total_cpu_overhead_ci90_pct":null,"samples_us":[],"cpu_samples_us":[],"#,
+                r#""tracer_cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
                 r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}],"#,
                 r#""ablation":null,"above_floor_mode":"run","#,
                 r#""above_floor":[{"build":"this build","above_us":1.831,"#,
@@ -252,6 +270,7 @@ mod tests {
         row.samples = vec![Sample {
             us: 1255.57849,
             cpu_us: None,
+            tracer_cpu_us: None,
             background: 0.0,
         }];
         row.ratios = Some(vec![1.01, 1.02, 1.03, 1.04, 1.05]);

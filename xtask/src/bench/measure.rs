@@ -19,6 +19,9 @@ pub(super) struct Sample {
     pub(super) us: f64,
     /// CPU microseconds (user + system, the loop and its children) per iteration.
     pub(super) cpu_us: Option<f64>,
+    /// CPU microseconds of the tracer's own process (forkprof's agent, strace) per
+    /// iteration, over the loop's span; None for the bare loop.
+    pub(super) tracer_cpu_us: Option<f64>,
     /// CPUs kept busy by everything but this run (other processes, steal), averaged
     /// over the run: the noise it was measured under.
     pub(super) background: f64,
@@ -34,6 +37,9 @@ pub(super) struct Row {
     pub(super) ratios: Option<Vec<f64>>,
     /// The same, by CPU time.
     pub(super) cpu_ratios: Option<Vec<f64>>,
+    /// The same, by the CPU time of the loop and the tracer together, against the bare
+    /// loop's: what tracing costs the machine.
+    pub(super) total_cpu_ratios: Option<Vec<f64>>,
     /// Pairs kept although their background load stayed above --max-background.
     pub(super) noisy_pairs: usize,
 }
@@ -47,6 +53,7 @@ impl Row {
             samples: Vec::new(),
             ratios: paired.then(Vec::new),
             cpu_ratios: paired.then(Vec::new),
+            total_cpu_ratios: paired.then(Vec::new),
             noisy_pairs: 0,
         }
     }
@@ -57,6 +64,13 @@ impl Row {
 
     pub(super) fn cpu_us(&self) -> Vec<f64> {
         self.samples.iter().filter_map(|s| s.cpu_us).collect()
+    }
+
+    pub(super) fn tracer_cpu_us(&self) -> Vec<f64> {
+        self.samples
+            .iter()
+            .filter_map(|s| s.tracer_cpu_us)
+            .collect()
     }
 
     pub(super) fn background(&self) -> Vec<f64> {
@@ -136,6 +150,14 @@ pub(super) fn pairs(
             }
             if let (Some(r), Some(bc), Some(tc)) = (&mut row.cpu_ratios, b.cpu_us, t.cpu_us) {
                 r.push(tc / bc);
+            }
+            if let (Some(r), Some(bc), Some(tc), Some(tracer)) = (
+                &mut row.total_cpu_ratios,
+                b.cpu_us,
+                t.cpu_us,
+                t.tracer_cpu_us,
+            ) {
+                r.push((tc + tracer) / bc);
             }
             let _ = write!(
                 line,
@@ -237,6 +259,7 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
     Ok(Sample {
         us,
         cpu_us: parse_field(&out, "cpu_us_per_iter="),
+        tracer_cpu_us: parse_value(&out, "tracer_cpu_us_per_iter="),
         background,
     })
 }
@@ -264,13 +287,18 @@ fn parse_us_per_iter(stdout: &str) -> Option<f64> {
 
 /// Finds `KEY=V` (`key` with its `=`) in spawn_loop's result line, V positive.
 fn parse_field(stdout: &str, key: &str) -> Option<f64> {
+    parse_value(stdout, key).filter(|v| *v > 0.0)
+}
+
+/// A field of the loop's result line that may be zero (a tracer that used no CPU).
+fn parse_value(stdout: &str, key: &str) -> Option<f64> {
     stdout
         .lines()
         .filter(|l| l.starts_with("spawn_loop:"))
         .flat_map(str::split_whitespace)
         .find_map(|w| w.strip_prefix(key))
         .and_then(|v| v.parse::<f64>().ok())
-        .filter(|v| v.is_finite() && *v > 0.0)
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 #[cfg(test)]
@@ -292,5 +320,10 @@ mod tests {
             parse_field("spawn_loop: us_per_iter=1\n", "cpu_us_per_iter="),
             None
         );
+        assert_eq!(parse_value(out, "tracer_cpu_us_per_iter="), None);
+        let out = "spawn_loop: iterations=2 total_ns=2 us_per_iter=800.5 cpu_us_per_iter=790.25 \
+                   tracer_cpu_us_per_iter=0.000\n";
+        assert_eq!(parse_field(out, "cpu_us_per_iter="), Some(790.25));
+        assert_eq!(parse_value(out, "tracer_cpu_us_per_iter="), Some(0.0));
     }
 }

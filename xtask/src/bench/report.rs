@@ -93,7 +93,7 @@ fn forkprof_saw(report: &str) -> Option<String> {
 }
 
 /// One line of the table per row, header first, and the notes to print under it.
-fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 9]>, Vec<String>) {
+fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) {
     let header = [
         "run",
         "median us/iter",
@@ -103,6 +103,9 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 9]>, Vec<String>) {
         "90% CI",
         "CPU overhead",
         "CPU 90% CI",
+        "tracer CPU us/iter",
+        "total CPU overhead",
+        "total CPU 90% CI",
         "background CPUs",
     ];
     let mut cells = vec![header.map(str::to_owned)];
@@ -111,8 +114,12 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 9]>, Vec<String>) {
         if let Some(why) = &row.unavailable
             && row.samples.is_empty()
         {
-            cells
-                .push([row.label, "n/a", "-", "-", "n/a", "-", "n/a", "-", "-"].map(str::to_owned));
+            cells.push(
+                [
+                    row.label, "n/a", "-", "-", "n/a", "-", "n/a", "-", "n/a", "n/a", "-", "-",
+                ]
+                .map(str::to_owned),
+            );
             notes.push(format!("{}: not run: {why}", row.label));
             continue;
         }
@@ -133,7 +140,7 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 9]>, Vec<String>) {
 }
 
 /// The table line of a row that has samples.
-fn measured_cells(row: &Row) -> [String; 9] {
+fn measured_cells(row: &Row) -> [String; 12] {
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     let values = row.us();
     let of = |ratios: &Option<Vec<f64>>| match ratios {
@@ -148,6 +155,8 @@ fn measured_cells(row: &Row) -> [String; 9] {
     };
     let (overhead, range) = of(&row.ratios);
     let (cpu_overhead, cpu_range) = of(&row.cpu_ratios);
+    let (total_overhead, total_range) = of(&row.total_cpu_ratios);
+    let tracer = row.tracer_cpu_us();
     [
         row.label.to_owned(),
         us(median(&values)),
@@ -157,6 +166,9 @@ fn measured_cells(row: &Row) -> [String; 9] {
         range,
         cpu_overhead,
         cpu_range,
+        median(&tracer).map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
+        total_overhead,
+        total_range,
         median(&row.background()).map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
     ]
 }
@@ -202,6 +214,8 @@ fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>)
         "\noverhead vs bare: median over pairs of (tool run / the bare run just before it) - 1\n\
          90% CI: of that median (order statistics; none under 5 pairs); A/A shows the noise floor\n\
          CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)\n\
+         tracer CPU: median CPU time of the tracer's own process (all its threads) over the loop: forkprof's agent, strace, perf, bpftrace\n\
+         total CPU overhead: by the CPU time of the loop and the tracer together, against the bare loop's: what tracing costs the machine\n\
          background CPUs: median over runs of the CPUs other processes kept busy during a run\n",
     );
     for line in check.into_iter().map(str::to_owned).chain(notes) {
@@ -244,17 +258,22 @@ pub(super) mod tests {
 
     /// A bare row, a tool measured in two pairs (one noisy), and a tool that did not run.
     pub(in crate::bench) fn rows() -> Vec<Row> {
-        let sample = |us, background| Sample {
+        let sample = |us, background, tracer| Sample {
             us,
             cpu_us: Some(us * 0.98),
+            tracer_cpu_us: tracer,
             background,
         };
         let mut bare = Row::new("bare", false);
-        bare.samples = vec![sample(1000.0, 0.1), sample(1001.5, 0.3)];
+        bare.samples = vec![sample(1000.0, 0.1, None), sample(1001.5, 0.3, None)];
         let mut tool = Row::new("forkprof run", true);
-        tool.samples = vec![sample(1100.0, 0.05), sample(1201.8, 0.2)];
+        tool.samples = vec![
+            sample(1100.0, 0.05, Some(9.5)),
+            sample(1201.8, 0.2, Some(10.25)),
+        ];
         tool.ratios = Some(vec![1.1, 1.2]);
         tool.cpu_ratios = Some(vec![1.08, 1.16]);
+        tool.total_cpu_ratios = Some(vec![1.09, 1.17]);
         tool.noisy_pairs = 1;
         let mut missing = Row::new("strace -f -c", true);
         missing.unavailable = Some("package strace could not be installed".to_owned());
@@ -275,15 +294,17 @@ pub(super) mod tests {
 fork+exec+wait of a dynamically linked `int main(){return 0;}`: 2000 iterations per run, 2 alternating pairs per tool
 machine: 2 CPUs (A \"quoted\"\tCPU\n), kernel 6.12.0
 
-run           median us/iter     min     max  overhead vs bare  90% CI  CPU overhead  CPU 90% CI  background CPUs
------------------------------------------------------------------------------------------------------------------
-bare                  1000.8  1000.0  1001.5                 -       -             -           -             0.20
-forkprof run          1150.9  1100.0  1201.8            +15.0%       -        +12.0%           -             0.12
-strace -f -c             n/a       -       -               n/a       -           n/a           -                -
+run           median us/iter     min     max  overhead vs bare  90% CI  CPU overhead  CPU 90% CI  tracer CPU us/iter  total CPU overhead  total CPU 90% CI  background CPUs
+---------------------------------------------------------------------------------------------------------------------------------------------------------------------------
+bare                  1000.8  1000.0  1001.5                 -       -             -           -                   -                   -                 -             0.20
+forkprof run          1150.9  1100.0  1201.8            +15.0%       -        +12.0%           -                9.88              +13.0%                 -             0.12
+strace -f -c             n/a       -       -               n/a       -           n/a           -                 n/a                 n/a                 -                -
 
 overhead vs bare: median over pairs of (tool run / the bare run just before it) - 1
 90% CI: of that median (order statistics; none under 5 pairs); A/A shows the noise floor
 CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)
+tracer CPU: median CPU time of the tracer's own process (all its threads) over the loop: forkprof's agent, strace, perf, bpftrace
+total CPU overhead: by the CPU time of the loop and the tracer together, against the bare loop's: what tracing costs the machine
 background CPUs: median over runs of the CPUs other processes kept busy during a run
 forkprof's last run saw 3 processes
 forkprof run: 1 of 2 pairs kept with more than 0.25 CPUs busy elsewhere

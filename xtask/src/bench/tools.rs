@@ -70,6 +70,19 @@ impl Tool {
     }
 
     /// Whether the tool is forkprof (which the bench builds).
+    /// What the loop measures the CPU time of, as SPAWN_LOOP_TRACER: the name of its
+    /// ancestor that traces it. `record` and `monitor` are no ancestor of the loop: their
+    /// script (`while_tracing`) names the agent's pid instead. None for the bare loop.
+    fn tracer(self) -> Option<&'static str> {
+        match self {
+            Tool::Control => None,
+            Tool::Strace => Some("strace"),
+            Tool::Perf => Some("perf"),
+            Tool::Bpftrace => Some("bpftrace"),
+            _ => self.is_forkprof().then_some("forkprof"),
+        }
+    }
+
     pub(super) fn is_forkprof(self) -> bool {
         matches!(
             self,
@@ -172,6 +185,9 @@ impl Paths {
             && t.is_forkprof()
         {
             env.push(("FORKPROF_BENCH_ONLY", only));
+        }
+        if let Some(tracer) = tool.and_then(Tool::tracer) {
+            env.push(("SPAWN_LOOP_TRACER", tracer));
         }
         env
     }
@@ -284,7 +300,8 @@ pub(super) fn record_args(db: &str) -> [&str; 4] {
 /// `sh -c` running `forkprof ARGS` in the background (its stderr to `stderr`) until it says
 /// it is tracing (a stderr line starting with `ready`), then `program` with the arguments the
 /// caller adds, then SIGINT to forkprof; the exit status is the program's, or 1 when
-/// forkprof stops early or fails (its stderr is shown then).
+/// forkprof stops early or fails (its stderr is shown then). `program` gets forkprof's pid
+/// in SPAWN_LOOP_TRACER, so that the loop can measure the agent's CPU time.
 pub(super) fn while_tracing(
     forkprof: &Path,
     stderr: &Path,
@@ -299,7 +316,7 @@ until grep -q '^{ready}' "$out"; do
   kill -0 $agent 2>/dev/null || {{ cat "$out" >&2; exit 1; }}
   sleep 0.05
 done
-"$@"; status=$?
+SPAWN_LOOP_TRACER=$agent "$@"; status=$?
 kill -INT $agent; wait $agent || {{ cat "$out" >&2; exit 1; }}
 exit $status"#,
         args.join(" ")
@@ -528,15 +545,21 @@ mod tests {
         );
         assert!(line(p, Some(Tool::Monitor)).contains("forkprof: serving metrics"));
         // The switches: empty programs, and the ablation's one family.
-        assert_eq!(p.env(Some(Tool::Forkprof)), vec![]);
+        // The loop measures the tracer's CPU: an ancestor by name, or (record, monitor) the
+        // agent's pid, which their script passes.
+        const AGENT: (&str, &str) = ("SPAWN_LOOP_TRACER", "forkprof");
+        assert_eq!(p.env(None), vec![]);
+        assert_eq!(p.env(Some(Tool::Control)), vec![]);
+        assert_eq!(p.env(Some(Tool::Forkprof)), vec![AGENT]);
         assert_eq!(
             p.env(Some(Tool::ForkprofEmpty)),
-            vec![("FORKPROF_BENCH_EMPTY", "1")]
+            vec![("FORKPROF_BENCH_EMPTY", "1"), AGENT]
         );
         assert_eq!(
             p.env(Some(Tool::ForkprofPreciseLdEmpty)),
-            vec![("FORKPROF_BENCH_EMPTY", "1")]
+            vec![("FORKPROF_BENCH_EMPTY", "1"), AGENT]
         );
+        assert!(line(p, Some(Tool::Record)).contains("SPAWN_LOOP_TRACER=$agent \"$@\""));
         let precise = line(p, Some(Tool::ForkprofPreciseLd));
         assert!(
             precise.contains(" run --precise-ld --json")
@@ -546,9 +569,12 @@ mod tests {
         paths.only = Some("mmap");
         assert_eq!(
             paths.env(Some(Tool::Record)),
-            vec![("FORKPROF_BENCH_ONLY", "mmap")]
+            vec![("FORKPROF_BENCH_ONLY", "mmap"), AGENT]
         );
-        assert_eq!(paths.env(Some(Tool::Strace)), vec![]);
+        assert_eq!(
+            paths.env(Some(Tool::Strace)),
+            vec![("SPAWN_LOOP_TRACER", "strace")]
+        );
         // record --cgroup needs its idle group, made by the bench before the runs.
         assert!(paths.command(Some(Tool::RecordCgroup), 3).is_err());
         paths.idle_cgroup = Some("/forkprof-bench-idle-1".into());

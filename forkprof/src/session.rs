@@ -482,9 +482,12 @@ impl TraceSession {
             Traced::InScope(pids) => names.found.add(&pids),
         };
         let tick = |collector: &Collector| {
-            if let Some(w) = writer
-                && copied.elapsed() >= LOSS_EVERY
-            {
+            let Some(w) = writer else {
+                return Ok(());
+            };
+            // This batch's records go to the writer thread now, in one message.
+            w.flush();
+            if copied.elapsed() >= LOSS_EVERY {
                 w.lost(&collector.losses()?.lost);
                 copied = Instant::now();
             }

@@ -1,5 +1,6 @@
 //! The recording writer: a thread of its own that inserts records in batches and commits at
 //! least every `COMMIT_EVERY`, so that a SIGKILL loses at most that much.
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,10 +23,17 @@ pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 /// While messages keep coming, the writer reads the clock (to see whether `COMMIT_EVERY`
 /// has passed) once per this many, not for every one: two clock reads per record were 4% of
 /// its time.
-const CLOCK_EVERY: u32 = 64;
+const CLOCK_EVERY: usize = 64;
+
+/// Records go to the writer thread in messages of up to this many (`Writer::flush` sends a
+/// shorter one after each batch from the ring buffer): one channel operation and one
+/// allocation per message rather than per record, and still small enough that the writer
+/// sees its clock between two of them.
+const RECORDS_PER_MESSAGE: usize = 256;
 
 enum Msg {
-    Record(Box<Record>),
+    /// Up to `RECORDS_PER_MESSAGE` records, in the order they came.
+    Records(Vec<Record>),
     Found(Found),
     Cgroup(u64, Vec<u8>),
     Lost(LostCounts),
@@ -53,6 +61,8 @@ struct ProcessOut {
 
 pub struct Writer {
     tx: Sender<Msg>,
+    /// Records not yet sent to the writer thread (see `RECORDS_PER_MESSAGE`).
+    queued: RefCell<Vec<Record>>,
     handle: JoinHandle<Result<()>>,
     /// Records that never reached the file (see `dropped`).
     dropped: Arc<AtomicU64>,
@@ -256,9 +266,14 @@ fn run(
             let mut unclocked = 0;
             while let Some(msg) = next.take() {
                 match msg {
-                    Msg::Record(r) => {
-                        progress.pending += 1;
-                        inserts.insert(&r)?;
+                    Msg::Records(records) => {
+                        // All of them count as not committed before the first insert: one
+                        // that fails leaves the rest of the message unwritten too.
+                        progress.pending += records.len() as u64;
+                        for r in &records {
+                            inserts.insert(r)?;
+                        }
+                        unclocked += records.len();
                     }
                     Msg::Found(f) => insert_found(&tx, &f)?,
                     Msg::Cgroup(id, path) => {
@@ -279,7 +294,7 @@ fn run(
                 // messages while it is not, so that a writer that falls behind still commits
                 // about every `commit_every`.
                 unclocked += 1;
-                if unclocked == CLOCK_EVERY {
+                if unclocked >= CLOCK_EVERY {
                     unclocked = 0;
                     if Instant::now() >= deadline {
                         break;
@@ -334,8 +349,8 @@ fn discard(rx: &Receiver<Msg>, mut progress: Progress, dropped: &AtomicU64) {
     progress.answer();
     for msg in rx.iter() {
         match msg {
-            Msg::Record(_) => {
-                dropped.fetch_add(1, Ordering::SeqCst);
+            Msg::Records(records) => {
+                dropped.fetch_add(records.len() as u64, Ordering::SeqCst);
             }
             Msg::Found(_) | Msg::Cgroup(..) | Msg::Lost(_) => {}
             Msg::Sync(ack) => {
@@ -412,17 +427,38 @@ impl Writer {
             })?;
         Ok(Self {
             tx,
+            queued: RefCell::new(Vec::new()),
             handle,
             dropped,
             shown: path.display().to_string(),
         })
     }
 
-    /// Queues a record. The channel is unbounded, so the writer never drops a record for
-    /// being slow; it drops them only once it has stopped, and counts them.
+    /// Queues a record (sent with the next `RECORDS_PER_MESSAGE`, or at `flush`). The
+    /// channel is unbounded, so the writer never drops a record for being slow; it drops
+    /// them only once it has stopped, and counts them.
     pub fn record(&self, record: &Record) {
-        if self.tx.send(Msg::Record(Box::new(record.clone()))).is_err() {
-            self.dropped.fetch_add(1, Ordering::SeqCst);
+        let full = {
+            let mut queued = self.queued.borrow_mut();
+            queued.push(record.clone());
+            queued.len() >= RECORDS_PER_MESSAGE
+        };
+        if full {
+            self.flush();
+        }
+    }
+
+    /// Sends the queued records to the writer thread. The session calls it after each batch
+    /// from the ring buffer, and every other message sends them first, so that the writer
+    /// sees everything in the order it came.
+    pub fn flush(&self) {
+        let records = std::mem::take(&mut *self.queued.borrow_mut());
+        if records.is_empty() {
+            return;
+        }
+        let n = records.len() as u64;
+        if self.tx.send(Msg::Records(records)).is_err() {
+            self.dropped.fetch_add(n, Ordering::SeqCst);
         }
     }
 
@@ -430,6 +466,7 @@ impl Writer {
     /// and every one sent after the recording stopped. First waits until the writer has
     /// committed (or dropped) everything sent before, so the count is final for them.
     pub fn dropped(&self) -> u64 {
+        self.flush();
         let (ack, answered) = mpsc::channel();
         if self.tx.send(Msg::Sync(ack)).is_ok() {
             // An error: the writer is gone (a panic), and counts nothing more.
@@ -440,15 +477,18 @@ impl Writer {
 
     /// Queues the label of a process found running when tracing started.
     pub fn found(&self, found: &Found) {
+        self.flush();
         let _ = self.tx.send(Msg::Found(found.clone()));
     }
 
     /// Queues a cgroup id's path.
     pub fn cgroup(&self, id: u64, path: &[u8]) {
+        self.flush();
         let _ = self.tx.send(Msg::Cgroup(id, path.to_vec()));
     }
 
     pub fn lost(&self, lost: &LostCounts) {
+        self.flush();
         let _ = self.tx.send(Msg::Lost(lost.clone()));
     }
 
@@ -460,6 +500,7 @@ impl Writer {
         report: &Report,
         mut meta: Vec<(String, String)>,
     ) -> Result<()> {
+        self.flush();
         meta.extend(lost_meta(&trace.lost));
         let processes = report
             .processes
@@ -579,6 +620,7 @@ mod tests {
         for pid in 1..=N {
             w.record(&exit(key(pid, u64::from(pid)), 0));
         }
+        w.flush();
         let mut seen_between = None;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

@@ -1,0 +1,107 @@
+//! The bench's workload, `bench/spawn_loop.c`: what it reports about the tracer's own CPU
+//! (SPAWN_LOOP_TRACER), checked against a process whose CPU use is known. No root needed.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use forkprof_tests::{gcc, tempdir};
+
+/// spawn_loop, built from the bench's source into a fresh directory.
+fn spawn_loop() -> (PathBuf, PathBuf) {
+    let dir = tempdir();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/spawn_loop.c");
+    gcc(
+        &dir,
+        &[
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            "spawn_loop",
+            src.to_str().unwrap(),
+        ],
+    );
+    let bin = dir.join("spawn_loop");
+    (dir, bin)
+}
+
+/// A field of the loop's result line.
+fn field(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .map(|v| v.parse().unwrap())
+}
+
+fn run(bin: &Path, tracer: Option<&str>, iterations: &str) -> std::process::Output {
+    let mut c = Command::new(bin);
+    c.args([iterations, "/bin/true"]);
+    if let Some(t) = tracer {
+        c.env("SPAWN_LOOP_TRACER", t);
+    }
+    c.output().unwrap()
+}
+
+/// SIGKILLs the spinner when dropped, so that a failed test leaves nothing running.
+struct Spinner(std::process::Child);
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_tracers_cpu_is_its_process_clock_over_the_loop() {
+    let (dir, bin) = spawn_loop();
+    // Without the variable, no tracer field.
+    let out = run(&bin, None, "20");
+    assert!(out.status.success());
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(field(&line, "us_per_iter=").is_some(), "{line}");
+    assert_eq!(field(&line, "tracer_cpu_us_per_iter="), None, "{line}");
+
+    // A process that spins all the time it runs: over the loop it uses at most the loop's
+    // wall time (one thread), and on a machine that is not starved, a good part of it.
+    let spinner = Spinner(
+        Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = spinner.0.id().to_string();
+    let out = run(&bin, Some(&pid), "300");
+    assert!(out.status.success(), "{:?}", out);
+    let line = String::from_utf8(out.stdout).unwrap();
+    let wall = field(&line, "us_per_iter=").unwrap();
+    let tracer = field(&line, "tracer_cpu_us_per_iter=").unwrap();
+    // 2% above for the clocks' reads around the loop, which come just before and after it.
+    assert!(
+        tracer <= wall * 1.02 && tracer >= wall * 0.2,
+        "a spinning tracer used {tracer} us per iteration of {wall}: {line}"
+    );
+    drop(spinner);
+
+    // By name: the nearest ancestor with that comm, here this test (its parent), which
+    // only waits meanwhile.
+    let me = std::fs::read_to_string("/proc/self/comm").unwrap();
+    let out = run(&bin, Some(me.trim()), "20");
+    assert!(out.status.success(), "{:?}", out);
+    let line = String::from_utf8(out.stdout).unwrap();
+    let waiting = field(&line, "tracer_cpu_us_per_iter=").unwrap();
+    let wall = field(&line, "us_per_iter=").unwrap();
+    assert!(
+        waiting < wall * 0.5,
+        "a waiting parent used {waiting} of {wall}: {line}"
+    );
+
+    // A name that no ancestor has, or a pid that is not running: a clear error, exit 2.
+    for missing in ["no-such-tracer", "999999999"] {
+        let out = run(&bin, Some(missing), "1");
+        assert_eq!(out.status.code(), Some(2), "{missing}: {out:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains("no process SPAWN_LOOP_TRACER="), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -45,8 +45,13 @@ pub(super) fn measure_with(
     let old = fs::read_to_string(sysctl).context("cannot read kernel.bpf_stats_enabled")?;
     fs::write(sysctl, "1").context("cannot set kernel.bpf_stats_enabled")?;
     let out = paths.dir.join("bpf-stats.txt");
-    // The loop, then bpftool while the programs are still loaded: $0 is the loop.
-    let then_bpftool = "\"$0\" \"$1\" \"$2\" && bpftool prog show > \"$3\"";
+    // bpftool right before the loop and right after it, while the programs are still
+    // loaded ($0 is the loop): the statistics are the difference, so that whatever ran
+    // between the programs' attach and the loop (forkprof's start-up; under record and
+    // monitor, the script's polls for the ready line, each a grep and a sleep traced in
+    // full) is not charged to the loop.
+    let then_bpftool = "bpftool prog show > \"$3.start\" && \"$0\" \"$1\" \"$2\" \
+                        && bpftool prog show > \"$3\"";
     let mut cmd = match mode {
         FloorMode::Run => {
             let mut c = Command::new(forkprof);
@@ -93,10 +98,13 @@ pub(super) fn measure_with(
             mode.name()
         );
     }
-    let text =
-        fs::read_to_string(&out).with_context(|| format!("bpftool wrote no {}", out.display()))?;
+    let read = |path: &Path| {
+        fs::read_to_string(path).with_context(|| format!("bpftool wrote no {}", path.display()))
+    };
+    let start = bpftool_progs(&read(&out.with_extension("txt.start"))?);
+    let end = bpftool_progs(&read(&out)?);
     let old_ids: Vec<u32> = before.iter().map(|(id, _)| *id).collect();
-    let stats: Vec<ProgStat> = bpftool_progs(&text)
+    let stats: Vec<ProgStat> = during(&start, end)
         .into_iter()
         .filter(|(id, p)| !old_ids.contains(id) && p.name.starts_with("forkprof"))
         .map(|(_, p)| p)
@@ -105,6 +113,20 @@ pub(super) fn measure_with(
         bail!("bpftool showed no forkprof programs");
     }
     Ok(stats)
+}
+
+/// Each program's statistics at `end` less those it had at `start` (all of them for one
+/// that `start` does not show).
+fn during(start: &[(u32, ProgStat)], end: Vec<(u32, ProgStat)>) -> Vec<(u32, ProgStat)> {
+    end.into_iter()
+        .map(|(id, mut p)| {
+            if let Some((_, s)) = start.iter().find(|(i, _)| *i == id) {
+                p.run_ns = p.run_ns.saturating_sub(s.run_ns);
+                p.runs = p.runs.saturating_sub(s.runs);
+            }
+            (id, p)
+        })
+        .collect()
 }
 
 /// (id, statistics) of each program in `bpftool prog show`'s plain output, whose first
@@ -213,6 +235,27 @@ mod tests {
                     runs: 3565
                 }
             )
+        );
+    }
+
+    #[test]
+    fn statistics_are_those_of_the_loop_alone() {
+        let stat = |name: &str, run_ns, runs| ProgStat {
+            name: name.to_owned(),
+            run_ns,
+            runs,
+        };
+        let start = [(7, stat("forkprof_sys_enter", 1000, 10))];
+        let end = vec![
+            (7, stat("forkprof_sys_enter", 5000, 45)),
+            (8, stat("forkprof_sys_exit", 300, 3)),
+        ];
+        assert_eq!(
+            during(&start, end),
+            vec![
+                (7, stat("forkprof_sys_enter", 4000, 35)),
+                (8, stat("forkprof_sys_exit", 300, 3)),
+            ]
         );
     }
 

@@ -21,8 +21,8 @@ use crate::privilege::{InvokingUser, as_user, open_private_file};
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
 
 /// While messages keep coming, the writer reads the clock (to see whether `COMMIT_EVERY`
-/// has passed) once per this many, not for every one: two clock reads per record were 4% of
-/// its time.
+/// has passed) once per this many records or other messages, not for every one: two clock
+/// reads per record were 4% of its time.
 const CLOCK_EVERY: usize = 64;
 
 /// Records go to the writer thread in messages of up to this many (`Writer::flush` sends a
@@ -262,7 +262,7 @@ fn run(
         {
             let mut inserts = Inserts::new(&tx, keep_args)?;
             let mut next = Some(first);
-            // Messages taken since the clock was last read.
+            // Records and other messages taken since the clock was last read.
             let mut unclocked = 0;
             while let Some(msg) = next.take() {
                 match msg {
@@ -291,8 +291,8 @@ fn run(
                     }
                 }
                 // The clock is read when the channel is empty, and every `CLOCK_EVERY`
-                // messages while it is not, so that a writer that falls behind still commits
-                // about every `commit_every`.
+                // records or messages while it is not, so that a writer that falls behind
+                // still commits about every `commit_every`.
                 unclocked += 1;
                 if unclocked >= CLOCK_EVERY {
                     unclocked = 0;

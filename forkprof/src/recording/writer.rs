@@ -552,12 +552,17 @@ mod tests {
     use crate::model::tests_support::{exit, key};
 
     fn fresh(name: &str) -> (std::path::PathBuf, Writer) {
+        fresh_committing_every(name, COMMIT_EVERY)
+    }
+
+    /// A writer to a new file in a directory of its own, committing every `every`.
+    fn fresh_committing_every(name: &str, every: Duration) -> (std::path::PathBuf, Writer) {
         let dir =
             std::env::temp_dir().join(format!("forkprof-writer-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("w.db");
-        let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
+        let writer = Writer::create_committing_every(&path, None, Vec::new(), true, every).unwrap();
         (path, writer)
     }
 
@@ -600,19 +605,7 @@ mod tests {
 
     #[test]
     fn a_writer_that_falls_behind_still_commits_as_it_goes() {
-        let dir =
-            std::env::temp_dir().join(format!("forkprof-writer-{}-behind", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("w.db");
-        let w = Writer::create_committing_every(
-            &path,
-            None,
-            Vec::new(),
-            true,
-            Duration::from_millis(5),
-        )
-        .unwrap();
+        let (path, w) = fresh_committing_every("behind", Duration::from_millis(5));
         // Queued at once, far faster than SQLite inserts them (about a microsecond a row or
         // more): the channel does not run empty for 20 ms or longer, so only the batch's
         // clock can end a transaction meanwhile.
@@ -639,7 +632,7 @@ mod tests {
             seen_between.is_some(),
             "no commit was seen before the backlog was written: the batch waited for the channel to run empty"
         );
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

@@ -142,6 +142,7 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) 
 /// The table line of a row that has samples.
 fn measured_cells(row: &Row) -> [String; 12] {
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    let two_places = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     let values = row.us();
     let of = |ratios: &Option<Vec<f64>>| match ratios {
         None => ("-".to_owned(), "-".to_owned()),
@@ -166,10 +167,10 @@ fn measured_cells(row: &Row) -> [String; 12] {
         range,
         cpu_overhead,
         cpu_range,
-        median(&tracer).map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
+        two_places(median(&tracer)),
         total_overhead,
         total_range,
-        median(&row.background()).map_or_else(|| "-".to_owned(), |v| format!("{v:.2}")),
+        two_places(median(&row.background())),
     ]
 }
 

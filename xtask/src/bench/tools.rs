@@ -69,7 +69,6 @@ impl Tool {
         }
     }
 
-    /// Whether the tool is forkprof (which the bench builds).
     /// What the loop measures the CPU time of, as SPAWN_LOOP_TRACER: the name of its
     /// ancestor that traces it. `record` and `monitor` are no ancestor of the loop: their
     /// script (`while_tracing`) names the agent's pid instead. None for the bare loop.
@@ -83,6 +82,7 @@ impl Tool {
         }
     }
 
+    /// Whether the tool is forkprof (which the bench builds).
     pub(super) fn is_forkprof(self) -> bool {
         matches!(
             self,

@@ -33,6 +33,14 @@ pub static PROCS_SPILL: HashMap<u32, ProcState> = HashMap::with_max_entries(3276
 #[map]
 pub static SEEDS: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
 
+/// Slot 0 is 1 once the agent has attached every program it attaches at start
+/// (`loader::load`). Until then no process is followed (`proc_state` adopts none), so no
+/// window opens while a program that would close it is not attached yet: a window left open
+/// would keep its `ACTIVE` counter above 0 for the whole session, and every hot hit would
+/// then pay a lookup (docs/kernel-findings.md). Read only where a process is adopted.
+#[map]
+pub static ATTACHED: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Threads other than a process's main thread inside a fork-family syscall, by tid (a main
 /// thread's fork is in its process's entry, `ProcState::fork`).
 #[map]
@@ -164,6 +172,12 @@ pub fn submit_flags() -> u64 {
     } else {
         BPF_RB_NO_WAKEUP
     }
+}
+
+/// Whether the agent has attached every program (`ATTACHED`).
+#[inline(always)]
+fn all_attached() -> bool {
+    ATTACHED.get(0).is_some_and(|a| *a != 0)
 }
 
 #[inline(always)]
@@ -454,13 +468,14 @@ pub fn proc_of(tgid: u32) -> Option<*mut ProcState> {
 
 /// The state of a traced process; a process not yet traced is added with `start_ns == 0`
 /// ("existed before tracing", or created outside the scope) when it is a seed, or in
-/// trace-all mode (inside the `--cgroup` scope, if any: see `in_scope`).
+/// trace-all mode (inside the `--cgroup` scope, if any: see `in_scope`), once every program
+/// is attached (`ATTACHED`).
 #[inline(always)]
 pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
     if let Some(p) = proc_of(tgid) {
         return Some(p);
     }
-    if !create {
+    if !create || !all_attached() {
         return None;
     }
     if !(trace_all() && in_scope()) {

@@ -911,6 +911,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     // window). Attaching the syscall entries last means no window starts with its first
     // events unseen.
     deferred.sort_by_key(|h| opens_windows(h));
+    // Only now may the kernel follow processes: a window opened while the program that closes
+    // it was still to be attached would stay open, and its gate with it, for the whole session.
+    let mut attached = aya::maps::Array::<_, u32>::try_from(
+        ebpf.map_mut("ATTACHED").context("map ATTACHED missing")?,
+    )?;
+    attached
+        .set(0, 1, 0)
+        .context("marking the programs attached (map ATTACHED)")?;
     Ok(Loaded {
         ebpf,
         kernel,

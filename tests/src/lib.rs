@@ -823,3 +823,39 @@ pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
         Err(wrong.join("; "))
     }
 }
+
+/// The kernel's open-window counters (`ACTIVE`, in the `.bss` map of the eBPF object) of the
+/// forkprof process `pid`, in `forkprof_common::active` order: FORKS, EXECS, LD, EXITS, COW,
+/// CHILDREN, SPILLED, STATIC_START. Found among the maps whose fds `pid` holds (fdinfo
+/// `map_id:`), read with bpftool. None when no such map is found.
+pub fn open_window_counters(pid: u32) -> Option<Vec<u64>> {
+    let ids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("map_id:"))
+                .map(|id| id.trim().to_string())
+        })
+        .collect();
+    let bpftool = |args: &[&str]| -> Option<Value> {
+        let out = Command::new("bpftool").args(args).output().ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    };
+    let id = ids.iter().find(|id| {
+        bpftool(&["map", "show", "id", id, "-j"]).is_some_and(|m| m["name"] == ".bss")
+    })?;
+    let dump = bpftool(&["map", "dump", "id", id, "-j"])?;
+    let bytes: Vec<u8> = dump[0]["value"]
+        .as_array()?
+        .iter()
+        .map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
+        .collect::<Option<_>>()?;
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+    )
+}

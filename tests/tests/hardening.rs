@@ -642,3 +642,60 @@ fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(3), "{status:?}");
 }
+
+/// Processes that fork and exec while the agent attaches its programs one by one must not
+/// leave windows open: a program that opens a window (a fork's, an exec's) attached before
+/// the one that closes it used to count windows that never closed, which kept the kernel's
+/// hot gates open for the whole session (each hot hit then looked its process up). At rest,
+/// every open-window counter must come back to 0.
+#[test]
+fn a_busy_start_leaves_no_window_open() {
+    let _kernel = exclusive();
+    needs_root!();
+    // Two spawners, one exec'ing straight away, one through a shell's fork and exec, busy
+    // all the while the agent loads and attaches.
+    let spawners: Vec<forkprof_tests::Killed> = [
+        "while :; do /bin/true; done",
+        "while :; do sh -c 'ls / >/dev/null'; done",
+    ]
+    .iter()
+    .map(|script| forkprof_tests::Killed(Command::new("sh").args(["-c", script]).spawn().unwrap()))
+    .collect();
+    let port = forkprof_tests::free_port();
+    let agent = forkprof_tests::monitor(port, &[]);
+    forkprof_tests::wait_for("monitor's /metrics", Duration::from_secs(20), || {
+        forkprof_tests::scrape(port)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    drop(spawners);
+    // Let the spawners' last children finish, then look 20 times: a window that closes
+    // reads 0 at some point; one that never closes never does.
+    std::thread::sleep(Duration::from_millis(300));
+    let samples: Vec<Vec<u64>> = (0..20)
+        .filter_map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            forkprof_tests::open_window_counters(agent.0.id())
+        })
+        .collect();
+    assert!(
+        !samples.is_empty(),
+        "the agent's open-window counters could not be read"
+    );
+    let names = [
+        "forks",
+        "execs",
+        "ld",
+        "exits",
+        "cow",
+        "children",
+        "spilled",
+        "static_start",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let least = samples.iter().map(|s| s[i]).min().unwrap();
+        assert_eq!(
+            least, 0,
+            "{name} windows never all closed at rest: {samples:?} (forks, execs, ld, exits, cow, children, spilled, static_start)"
+        );
+    }
+}

@@ -643,38 +643,14 @@ fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
     assert_eq!(status.code(), Some(3), "{status:?}");
 }
 
-/// Processes that fork and exec while the agent attaches its programs one by one must not
-/// leave windows open: a program that opens a window (a fork's, an exec's) attached before
-/// the one that closes it used to count windows that never closed, which kept the kernel's
-/// hot gates open for the whole session (each hot hit then looked its process up). At rest,
-/// every open-window counter must come back to 0.
-#[test]
-fn a_busy_start_leaves_no_window_open() {
-    let _kernel = exclusive();
-    needs_root!();
-    // Two spawners, one exec'ing straight away, one through a shell's fork and exec, busy
-    // all the while the agent loads and attaches.
-    let spawners: Vec<forkprof_tests::Killed> = [
-        "while :; do /bin/true; done",
-        "while :; do sh -c 'ls / >/dev/null'; done",
-    ]
-    .iter()
-    .map(|script| forkprof_tests::Killed(Command::new("sh").args(["-c", script]).spawn().unwrap()))
-    .collect();
-    let port = forkprof_tests::free_port();
-    let agent = forkprof_tests::monitor(port, &[]);
-    forkprof_tests::wait_for("monitor's /metrics", Duration::from_secs(20), || {
-        forkprof_tests::scrape(port)
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    drop(spawners);
-    // Let the spawners' last children finish, then look 20 times: a window that closes
-    // reads 0 at some point; one that never closes never does.
-    std::thread::sleep(Duration::from_millis(300));
+/// The agent's open-window counters come back to 0 at rest: one that does not keeps its
+/// gate open, and every hot hit on the system then looks its process up. Samples 20 times,
+/// 50 ms apart: a window that closes reads 0 at some point; one that never closes never does.
+fn assert_windows_close(agent: u32, when: &str) {
     let samples: Vec<Vec<u64>> = (0..20)
         .filter_map(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            forkprof_tests::open_window_counters(agent.0.id())
+            forkprof_tests::open_window_counters(agent)
         })
         .collect();
     assert!(
@@ -694,8 +670,59 @@ fn a_busy_start_leaves_no_window_open() {
     for (i, name) in names.iter().enumerate() {
         let least = samples.iter().map(|s| s[i]).min().unwrap();
         assert_eq!(
-            least, 0,
-            "{name} windows never all closed at rest: {samples:?} (forks, execs, ld, exits, cow, children, spilled, static_start)"
+            least,
+            0,
+            "{when}: {name} windows never all closed at rest: {samples:?} ({})",
+            names.join(", ")
         );
     }
+}
+
+/// Processes that fork and exec while the agent attaches its programs one by one must not
+/// leave windows open: a program that opens a window (a fork's, an exec's) attached before
+/// the one that closes it used to count windows that never closed, which kept the kernel's
+/// hot gates open for the whole session. Then every kind of spawn the workload knows (fork,
+/// vfork, posix_spawn, threads exec'ing at once, failing execs, a storm of threads and
+/// processes, a killed process, a reused pid) must close every window it opens.
+#[test]
+fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
+    let _kernel = exclusive();
+    needs_root!();
+    // Two spawners, one exec'ing straight away, one through a shell's fork and exec, busy
+    // all the while the agent loads and attaches.
+    let spawners: Vec<forkprof_tests::Killed> = [
+        "while :; do /bin/true; done",
+        "while :; do sh -c 'ls / >/dev/null'; done",
+    ]
+    .iter()
+    .map(|script| forkprof_tests::Killed(Command::new("sh").args(["-c", script]).spawn().unwrap()))
+    .collect();
+    let port = forkprof_tests::free_port();
+    let agent = forkprof_tests::monitor(port, &[]);
+    forkprof_tests::wait_for("monitor's /metrics", Duration::from_secs(20), || {
+        forkprof_tests::scrape(port)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    drop(spawners);
+    // The spawners' last children finish.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_windows_close(agent.0.id(), "after a busy start");
+    let w = workload();
+    let w = w.to_str().unwrap();
+    for args in [
+        &[w, "mix", "20", "/bin/true"][..],
+        &[w, "exec-threads", "50", "/bin/true"],
+        &[w, "storm", "10", "4"],
+        &[w, "cow", "100"],
+        &[w, "reuse"],
+        &[w, "kill", "9"],
+    ] {
+        let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        assert!(
+            out.status.success() || args[1] == "kill",
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_windows_close(agent.0.id(), "after the workloads");
 }

@@ -2,7 +2,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::cli::{DiffArgs, Format};
 use crate::cmd::EXIT_BAD_RECORDING;
@@ -120,11 +120,13 @@ pub fn run(args: DiffArgs) -> Result<i32> {
     }
     if let Some(path) = &args.flamegraph {
         let owner = InvokingUser::from_env()?;
-        let mut f = create_private_file(path, owner.as_ref())?;
+        let mut f = std::io::BufWriter::new(create_private_file(path, owner.as_ref())?);
         output::diff::write_svg(&before.reports, &after.reports, &mut f)?;
+        f.flush()
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Buffered: stdout alone flushes at every line.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match args.format {
         Format::Table => output::diff::write_table(&diff, args.top, &mut out)?,
         Format::Json => output::diff::write_json(&diff, &mut out)?,

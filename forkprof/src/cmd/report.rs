@@ -157,17 +157,19 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     // `record` and `run -o` write `ended_ns` when they finish.
     report.unfinished = !recording.meta.contains_key("ended_ns");
     if let Some(path) = &args.folded {
-        let mut f = create_private_file(path, owner.as_ref())?;
+        let mut f = std::io::BufWriter::new(create_private_file(path, owner.as_ref())?);
         output::flamegraph::write_folded(&report, &mut f)
+            .and_then(|()| Ok(f.flush()?))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &args.flamegraph {
-        let mut f = create_private_file(path, owner.as_ref())?;
+        let mut f = std::io::BufWriter::new(create_private_file(path, owner.as_ref())?);
         output::flamegraph::write_svg(&report, &mut f)
+            .and_then(|()| Ok(f.flush()?))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Buffered: stdout alone flushes at every line, a syscall per line of a JSON report.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = (|| {
         match args.format {
             Format::Table => {

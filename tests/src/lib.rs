@@ -545,19 +545,25 @@ impl Drop for Tmux {
 /// The tracepoints that process `pid` holds BPF links to, sorted (from its fds' fdinfo
 /// `tp_name:` lines; an fd that is gone or unreadable is left out).
 pub fn attached_tracepoints(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+    let mut names = fdinfo_values(pid, "tp_name:");
+    names.sort();
+    names
+}
+
+/// The value of the `key` line (`tp_name:`, `map_id:`) in the fdinfo of each of process
+/// `pid`'s fds that has one (an fd that is gone or unreadable is left out).
+fn fdinfo_values(pid: u32, key: &str) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|info| {
             info.lines()
-                .find_map(|l| l.strip_prefix("tp_name:"))
-                .map(|n| n.trim().to_string())
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_string())
         })
-        .collect();
-    names.sort();
-    names
+        .collect()
 }
 
 /// How many fentry/fexit links (link type `tracing`) process `pid` holds, from its fds'
@@ -829,16 +835,7 @@ pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
 /// CHILDREN, SPILLED, STATIC_START. Found among the maps whose fds `pid` holds (fdinfo
 /// `map_id:`), read with bpftool. None when no such map is found.
 pub fn open_window_counters(pid: u32) -> Option<Vec<u64>> {
-    let ids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
-        .ok()?
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter_map(|info| {
-            info.lines()
-                .find_map(|l| l.strip_prefix("map_id:"))
-                .map(|id| id.trim().to_string())
-        })
-        .collect();
+    let ids = fdinfo_values(pid, "map_id:");
     let bpftool = |args: &[&str]| -> Option<Value> {
         let out = Command::new("bpftool").args(args).output().ok()?;
         serde_json::from_slice(&out.stdout).ok()

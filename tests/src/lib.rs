@@ -830,20 +830,32 @@ pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
     }
 }
 
-/// The kernel's open-window counters (`ACTIVE`, in the `.bss` map of the eBPF object) of the
-/// forkprof process `pid`, in `forkprof_common::active` order: FORKS, EXECS, LD, EXITS, COW,
-/// CHILDREN, SPILLED, STATIC_START. Found among the maps whose fds `pid` holds (fdinfo
-/// `map_id:`), read with bpftool. None when no such map is found.
-pub fn open_window_counters(pid: u32) -> Option<Vec<u64>> {
+/// The id of the forkprof process `pid`'s `.bss` map, which holds the kernel's open-window
+/// counters (`ACTIVE`): one of the maps whose fds `pid` holds (fdinfo `map_id:`), named by
+/// one `bpftool map show`. None when it has no such map.
+pub fn window_counters_map(pid: u32) -> Option<String> {
     let ids = fdinfo_values(pid, "map_id:");
-    let bpftool = |args: &[&str]| -> Option<Value> {
-        let out = Command::new("bpftool").args(args).output().ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    };
-    let id = ids.iter().find(|id| {
-        bpftool(&["map", "show", "id", id, "-j"]).is_some_and(|m| m["name"] == ".bss")
-    })?;
-    let dump = bpftool(&["map", "dump", "id", id, "-j"])?;
+    let out = Command::new("bpftool")
+        .args(["map", "show", "-j"])
+        .output()
+        .ok()?;
+    let maps: Value = serde_json::from_slice(&out.stdout).ok()?;
+    maps.as_array()?
+        .iter()
+        .filter(|m| m["name"] == ".bss")
+        .map(|m| m["id"].to_string())
+        .find(|id| ids.contains(id))
+}
+
+/// The open-window counters in `.bss` map `id` ([`window_counters_map`]), in
+/// `forkprof_common::active` order: FORKS, EXECS, LD, EXITS, COW, CHILDREN, SPILLED,
+/// STATIC_START. None when bpftool cannot dump it.
+pub fn open_window_counters(id: &str) -> Option<Vec<u64>> {
+    let out = Command::new("bpftool")
+        .args(["map", "dump", "id", id, "-j"])
+        .output()
+        .ok()?;
+    let dump: Value = serde_json::from_slice(&out.stdout).ok()?;
     let bytes: Vec<u8> = dump[0]["value"]
         .as_array()?
         .iter()

@@ -5,7 +5,8 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    forkprof, needs_root, programs_loaded, run_traced, run_traced_with, tempdir, wait_unloaded,
+    Killed, forkprof, free_port, monitor, needs_root, open_window_counters, programs_loaded,
+    run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded, window_counters_map,
     workload,
 };
 
@@ -646,11 +647,11 @@ fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
 /// The agent's open-window counters come back to 0 at rest: one that does not keeps its
 /// gate open, and every hot hit on the system then looks its process up. Samples 20 times,
 /// 50 ms apart: a window that closes reads 0 at some point; one that never closes never does.
-fn assert_windows_close(agent: u32, when: &str) {
+fn assert_windows_close(map: &str, when: &str) {
     let samples: Vec<Vec<u64>> = (0..20)
         .filter_map(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            forkprof_tests::open_window_counters(agent)
+            open_window_counters(map)
         })
         .collect();
     assert!(
@@ -690,23 +691,24 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
     needs_root!();
     // Two spawners, one exec'ing straight away, one through a shell's fork and exec, busy
     // all the while the agent loads and attaches.
-    let spawners: Vec<forkprof_tests::Killed> = [
+    let spawners: Vec<Killed> = [
         "while :; do /bin/true; done",
         "while :; do sh -c 'ls / >/dev/null'; done",
     ]
     .iter()
-    .map(|script| forkprof_tests::Killed(Command::new("sh").args(["-c", script]).spawn().unwrap()))
+    .map(|script| Killed(Command::new("sh").args(["-c", script]).spawn().unwrap()))
     .collect();
-    let port = forkprof_tests::free_port();
-    let agent = forkprof_tests::monitor(port, &[]);
-    forkprof_tests::wait_for("monitor's /metrics", Duration::from_secs(20), || {
-        forkprof_tests::scrape(port)
+    let port = free_port();
+    let agent = monitor(port, &[]);
+    wait_for("monitor's /metrics", Duration::from_secs(20), || {
+        scrape(port)
     });
+    let map = window_counters_map(agent.0.id()).expect("the agent's .bss map");
     std::thread::sleep(Duration::from_millis(500));
     drop(spawners);
     // The spawners' last children finish.
     std::thread::sleep(Duration::from_millis(300));
-    assert_windows_close(agent.0.id(), "after a busy start");
+    assert_windows_close(&map, "after a busy start");
     let w = workload();
     let w = w.to_str().unwrap();
     for args in [
@@ -724,5 +726,5 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    assert_windows_close(agent.0.id(), "after the workloads");
+    assert_windows_close(&map, "after the workloads");
 }

@@ -6,6 +6,7 @@ use super::BenchArgs;
 use super::ablation::Family;
 use super::bpf_stats::ProgStat;
 use super::floor::Summary;
+use super::gap::{FloorGap, floor_gaps};
 use super::measure::Row;
 use super::report::Machine;
 use super::stats::{max, median, median_ci90, min};
@@ -41,6 +42,37 @@ struct JsonReport<'a> {
     /// The forkprof command `above_floor` measured (`--floor-mode`), with it.
     above_floor_mode: Option<super::floor::FloorMode>,
     above_floor: Option<Vec<JsonFloor<'a>>>,
+    /// Each forkprof run against its empty programs' run, round by round (`gap`).
+    overhead_above_floor: Vec<JsonGap>,
+}
+
+/// One row less its floor's row, in percentage points.
+#[derive(Serialize)]
+struct JsonGap {
+    run: &'static str,
+    floor: &'static str,
+    rounds: usize,
+    points: Option<Dec3>,
+    ci90_points: Option<[Dec3; 2]>,
+    cpu_points: Option<Dec3>,
+    cpu_ci90_points: Option<[Dec3; 2]>,
+    round_points: Vec<Dec3>,
+}
+
+impl JsonGap {
+    fn new(g: &FloorGap) -> Self {
+        let ci = |v: &[f64]| median_ci90(v).map(|(lo, hi)| [Dec3(lo), Dec3(hi)]);
+        JsonGap {
+            run: g.run,
+            floor: g.floor,
+            rounds: g.points.len(),
+            points: median(&g.points).map(Dec3),
+            ci90_points: ci(&g.points),
+            cpu_points: median(&g.cpu_points).map(Dec3),
+            cpu_ci90_points: ci(&g.cpu_points),
+            round_points: dec3(&g.points),
+        }
+    }
 }
 
 /// One build of `--above-floor`, in µs (and hits) per iteration.
@@ -186,6 +218,7 @@ pub(super) fn json(
         }),
         above_floor_mode: floor.map(|_| args.floor_mode),
         above_floor: floor.map(|fs| fs.iter().map(JsonFloor::new).collect()),
+        overhead_above_floor: floor_gaps(rows).iter().map(JsonGap::new).collect(),
     })?)
 }
 
@@ -257,7 +290,8 @@ mod tests {
                 r#""ablation":null,"above_floor_mode":"run","#,
                 r#""above_floor":[{"build":"this build","above_us":1.831,"#,
                 r#""round_above_us":[1.5,2.25],"programs":[{"program":"forkprof_sys_enter","#,
-                r#""hits_per_iter":33.8,"real_us":3.661,"empty_us":1.83,"above_us":1.831}]}]}"#,
+                r#""hits_per_iter":33.8,"real_us":3.661,"empty_us":1.83,"above_us":1.831}]}],"#,
+                r#""overhead_above_floor":[]}"#,
             )
         );
         let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();

@@ -16,6 +16,7 @@ mod ablation;
 mod background;
 mod bpf_stats;
 mod floor;
+mod gap;
 mod json;
 mod measure;
 mod report;

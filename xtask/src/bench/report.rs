@@ -11,6 +11,7 @@ use super::BenchArgs;
 use super::ablation::{self, Family};
 use super::bpf_stats::{self, ProgStat};
 use super::floor::{self, Summary};
+use super::gap;
 use super::json;
 use super::measure::Row;
 use super::stats::{max, median, median_ci90, min, pct};
@@ -221,6 +222,10 @@ fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>)
     );
     for line in check.into_iter().map(str::to_owned).chain(notes) {
         let _ = writeln!(out, "{line}");
+    }
+    let gaps = gap::lines(&gap::floor_gaps(rows));
+    if !gaps.is_empty() {
+        let _ = write!(out, "\n{gaps}");
     }
     out
 }

@@ -82,6 +82,16 @@ impl Tool {
         }
     }
 
+    /// The tool's floor: the same hooks with programs that return at entry, measured in the
+    /// same rounds (`gap`).
+    pub(super) fn floor(self) -> Option<Tool> {
+        match self {
+            Tool::Forkprof => Some(Tool::ForkprofEmpty),
+            Tool::ForkprofPreciseLd => Some(Tool::ForkprofPreciseLdEmpty),
+            _ => None,
+        }
+    }
+
     /// Whether the tool is forkprof (which the bench builds).
     pub(super) fn is_forkprof(self) -> bool {
         matches!(

@@ -34,6 +34,8 @@ struct JsonReport<'a> {
     iterations: u32,
     pairs: u32,
     max_background: f64,
+    /// `--pin`: the loop on CPU 0, forkprof on CPU 1.
+    pinned: bool,
     machine: &'a Machine,
     forkprof_check: Option<&'a str>,
     runs: Vec<JsonRun<'a>>,
@@ -201,6 +203,7 @@ pub(super) fn json(
         iterations: args.iterations,
         pairs: args.pairs,
         max_background: args.max_background,
+        pinned: args.pin,
         machine,
         forkprof_check: check,
         runs: rows.iter().map(JsonRun::new).collect(),
@@ -260,7 +263,7 @@ mod tests {
         assert_eq!(
             text,
             concat!(
-                r#"{"workload":"fork-exec","iterations":2000,"pairs":2,"max_background":0.25,"#,
+                r#"{"workload":"fork-exec","iterations":2000,"pairs":2,"max_background":0.25,"pinned":false,"#,
                 r#""machine":{"nproc":2,"cpu":"A \"quoted\"\tCPU\n","kernel":"6.12.0"},"#,
                 r#""forkprof_check":"saw","runs":["#,
                 r#"{"run":"bare","available":true,"reason":null,"median_us":1000.75,"#,

@@ -73,6 +73,12 @@ pub struct BenchArgs {
     /// same rounds, right after this one, and compared with it.
     #[arg(long, value_name = "FORKPROF", requires = "above_floor")]
     before: Option<std::path::PathBuf>,
+    /// Run the loop, and every process it spawns, on CPU 0, and forkprof (its agent) on CPU 1
+    /// (taskset): the loop's CPU time then holds what the programs cost the traced tasks,
+    /// without the agent's work beside them or the scheduler moving the loop's processes
+    /// between CPUs. Only for the A/A control and the `forkprof run` rows (and the bare runs).
+    #[arg(long)]
+    pin: bool,
     /// Print the results as one JSON document on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
@@ -86,15 +92,9 @@ pub struct BenchArgs {
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     check(args)?;
-    let tools: Vec<Tool> = if args.only.is_empty() {
-        ALL_TOOLS.to_vec()
-    } else {
-        ALL_TOOLS
-            .into_iter()
-            .filter(|t| args.only.contains(t))
-            .collect()
-    };
+    let tools = tools_of(args);
     let mut paths = Paths::new(args.workload);
+    paths.pin = args.pin;
     let mut unavailable = Unavailable::new();
     prepare(args, &tools, &paths, &mut unavailable)?;
     // Kept until the end of the runs, then removed.
@@ -151,6 +151,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     )
 }
 
+/// The tools selected (`--only`, else all), in the table's order.
+fn tools_of(args: &BenchArgs) -> Vec<Tool> {
+    if args.only.is_empty() {
+        ALL_TOOLS.to_vec()
+    } else {
+        ALL_TOOLS
+            .into_iter()
+            .filter(|t| args.only.contains(t))
+            .collect()
+    }
+}
+
 /// What the bench needs before it starts: root, and sane arguments.
 fn check(args: &BenchArgs) -> Result<()> {
     if !crate::is_root() {
@@ -166,6 +178,29 @@ fn check(args: &BenchArgs) -> Result<()> {
         && !before.is_file()
     {
         bail!("--before {}: no such file", before.display());
+    }
+    if args.pin {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpus < 2 {
+            bail!("--pin needs 2 CPUs (the loop's and the agent's); this machine has {cpus}");
+        }
+        let not_pinnable: Vec<&str> = tools_of(args)
+            .into_iter()
+            .filter(|t| !tools::PINNABLE.contains(t))
+            .map(|t| t.label())
+            .collect();
+        if !not_pinnable.is_empty() || args.ablation || args.above_floor.is_some() {
+            bail!(
+                "--pin applies to the A/A control and the forkprof run rows only \
+                 (--only control,forkprof,forkprof-empty,forkprof-precise-ld,forkprof-precise-ld-empty), \
+                 without --ablation or --above-floor; not to: {}",
+                if not_pinnable.is_empty() {
+                    "--ablation, --above-floor".to_owned()
+                } else {
+                    not_pinnable.join(", ")
+                }
+            );
+        }
     }
     Ok(())
 }

@@ -201,10 +201,15 @@ pub(super) fn write_columns<const N: usize>(out: &mut String, cells: &[[String; 
 fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>) -> String {
     let (cells, notes) = cells(rows, args.max_background);
     let mut out = format!(
-        "{}: {} iterations per run, {} alternating pairs per tool\n",
+        "{}: {} iterations per run, {} alternating pairs per tool{}\n",
         args.workload.describe(),
         args.iterations,
-        args.pairs
+        args.pairs,
+        if args.pin {
+            "; the loop pinned to CPU 0, forkprof to CPU 1 (--pin)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         out,
@@ -244,6 +249,7 @@ pub(super) mod tests {
             ablation: false,
             above_floor: None,
             before: None,
+            pin: false,
             floor_mode: floor::FloorMode::Run,
             max_background: 0.25,
             retries: 1,

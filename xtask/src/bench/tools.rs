@@ -156,7 +156,23 @@ pub(super) struct Paths {
     /// The empty cgroup that `Tool::RecordCgroup` records, as forkprof names it (see
     /// `IdleCgroup`).
     pub(super) idle_cgroup: Option<String>,
+    /// `--pin`: the loop on `LOOP_CPU`, forkprof on `AGENT_CPU` (see `PINNABLE`).
+    pub(super) pin: bool,
 }
+
+/// With `--pin`, the CPU the loop (and every process it spawns) runs on, and the one
+/// forkprof's agent runs on.
+const LOOP_CPU: &str = "0";
+const AGENT_CPU: &str = "1";
+
+/// The tools `--pin` applies to: those whose command runs the loop as its own argument.
+pub(super) const PINNABLE: [Tool; 5] = [
+    Tool::Control,
+    Tool::Forkprof,
+    Tool::ForkprofEmpty,
+    Tool::ForkprofPreciseLd,
+    Tool::ForkprofPreciseLdEmpty,
+];
 
 impl Paths {
     pub(super) fn new(workload: Workload) -> Self {
@@ -171,6 +187,18 @@ impl Paths {
             workload,
             only: None,
             idle_cgroup: None,
+            pin: false,
+        }
+    }
+
+    /// `program` on `cpu` where `--pin` says so (through `taskset`), else as it is.
+    fn on_cpu(&self, cpu: &str, program: &Path) -> Command {
+        if self.pin {
+            let mut c = Command::new("taskset");
+            c.args(["-c", cpu]).arg(program);
+            c
+        } else {
+            Command::new(program)
         }
     }
 
@@ -218,7 +246,7 @@ impl Paths {
     pub(super) fn command(&self, tool: Option<Tool>, iterations: u32) -> Result<Command> {
         let n = iterations.to_string();
         let mut cmd = match tool {
-            None | Some(Tool::Control) => Command::new(&self.spawn_loop),
+            None | Some(Tool::Control) => self.on_cpu(LOOP_CPU, &self.spawn_loop),
             Some(
                 t @ (Tool::Forkprof
                 | Tool::ForkprofEmpty
@@ -232,15 +260,14 @@ impl Paths {
                     Tool::ForkprofPreciseLd => "forkprof-precise-ld-report.json",
                     _ => "forkprof-precise-ld-empty-report.json",
                 };
-                let mut c = Command::new(&self.forkprof);
+                let mut c = self.on_cpu(AGENT_CPU, &self.forkprof);
                 c.arg("run");
                 if matches!(t, Tool::ForkprofPreciseLd | Tool::ForkprofPreciseLdEmpty) {
                     c.arg("--precise-ld");
                 }
-                c.args(["--json", "--report"])
-                    .arg(self.dir.join(report))
-                    .arg("--")
-                    .arg(&self.spawn_loop);
+                c.args(["--json", "--report"]).arg(self.dir.join(report));
+                let inner = self.on_cpu(LOOP_CPU, &self.spawn_loop);
+                c.arg("--").arg(inner.get_program()).args(inner.get_args());
                 c
             }
             Some(Tool::Record) => {
@@ -596,5 +623,17 @@ mod tests {
         );
         paths.workload = Workload::VforkExit;
         assert_eq!(line(&paths, None), format!("{l} 3 --vfork-exit"));
+        // --pin: the loop on CPU 0, forkprof (its agent) on CPU 1.
+        paths.pin = true;
+        assert_eq!(
+            line(&paths, Some(Tool::Control)),
+            format!("taskset -c 0 {l} 3 --vfork-exit")
+        );
+        let pinned = line(&paths, Some(Tool::Forkprof));
+        assert!(
+            pinned.starts_with("taskset -c 1 ")
+                && pinned.ends_with(&format!("-- taskset -c 0 {l} 3 --vfork-exit")),
+            "{pinned}"
+        );
     }
 }

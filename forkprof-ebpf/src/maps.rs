@@ -150,10 +150,13 @@ static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     mount_mountpoint: 0,
 };
 
-/// Unread bytes in the ring buffer above which a submit wakes the agent. Below it, records
-/// are queued silently and the agent collects them on its periodic poll: a wakeup on every
-/// record would schedule the agent inside the traced process's syscall return path.
-const WAKEUP_BYTES: u64 = 256 << 10;
+/// Unread bytes in the ring buffer above which a submit wakes the agent, set by the agent
+/// (its `Pace`: 256 KiB, or 4 MiB for a `run` that nothing reads before it ends). Below it,
+/// records are queued silently and the agent collects them on its periodic poll: a wakeup
+/// on every record would schedule the agent inside the traced process's syscall return
+/// path. A read-only global.
+#[unsafe(no_mangle)]
+static WAKEUP_BYTES: u64 = 256 << 10;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -167,7 +170,8 @@ pub const QUIET: u64 = BPF_RB_NO_WAKEUP;
 /// Flags for a process's exit record (see `WAKEUP_BYTES`, `QUIET`).
 #[inline(always)]
 pub fn submit_flags() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES {
+    // SAFETY: as in `trace_all`.
+    if EVENTS.query(BPF_RB_AVAIL_DATA) >= unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) } {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

@@ -1,4 +1,6 @@
 //! The ring buffer's boundary: yields decoded records and a summary of what was lost.
+use std::time::Duration;
+
 use anyhow::{Context as _, Result};
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use forkprof_common::stat;
@@ -7,8 +9,40 @@ use tokio::io::{Interest, unix::AsyncFd};
 use crate::decode::{Record, decode};
 use crate::model::trace::LostCounts;
 
-/// How often the agent collects records when the kernel has not woken it.
-pub const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// How promptly the agent collects records: how often it polls the ring buffer, and how many
+/// unread bytes make the kernel wake it sooner (the eBPF crate's `WAKEUP_BYTES`; the ring
+/// buffer holds 16 MiB). Only a process's exit record can wake it, so at most one wakeup per
+/// process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    pub poll: Duration,
+    pub wakeup_bytes: u64,
+}
+
+impl Pace {
+    /// For whatever reads the records while tracing goes on: the live views, a recording (a
+    /// SIGKILL loses what is still in the ring buffer) and `--precise-ld` (which attaches
+    /// its uprobes to a new dynamic linker when it reads the exec that loaded it).
+    pub const PROMPT: Pace = Pace {
+        poll: Duration::from_millis(100),
+        wakeup_bytes: 256 << 10,
+    };
+    /// For `run` without a recording or `--precise-ld`: nothing reads the records before the
+    /// command ends, so the agent wakes a tenth as often. At 1,500 spawns a second the
+    /// prompt pace woke it about 10 times a second; this one once, and its CPU per spawn
+    /// fell by half (BENCHMARKS.md, "The agent collecting beside the loop"). 12 MiB of
+    /// headroom past the wakeup is about 7,000 spawns.
+    pub const LAZY: Pace = Pace {
+        poll: Duration::from_secs(1),
+        wakeup_bytes: 4 << 20,
+    };
+}
+
+impl Default for Pace {
+    fn default() -> Self {
+        Pace::PROMPT
+    }
+}
 
 /// What was lost so far (cumulative): the kernel's `STATS` counters and the items the
 /// collector could not decode.
@@ -27,10 +61,13 @@ pub struct Collector {
     ring: AsyncFd<RingBuf<MapData>>,
     stats: PerCpuArray<MapData, u64>,
     undecodable: u64,
+    /// `Pace::poll`.
+    poll: Duration,
 }
 
 impl Collector {
-    pub fn new(ebpf: &mut aya::Ebpf) -> Result<Self> {
+    /// `poll`: the `Pace` the programs were loaded with (`LoadOptions::pace`).
+    pub fn new(ebpf: &mut aya::Ebpf, poll: Duration) -> Result<Self> {
         let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
         let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("map STATS missing")?)?;
         Ok(Self {
@@ -41,11 +78,12 @@ impl Collector {
                 .context("polling the ring buffer")?,
             stats,
             undecodable: 0,
+            poll,
         })
     }
 
-    /// Waits until the kernel wakes the agent (the ring buffer is filling up) or `POLL`
-    /// passes, then hands every queued record to `each`. The kernel only wakes the agent
+    /// Waits until the kernel wakes the agent (the ring buffer is filling up) or its poll
+    /// interval passes, then hands every queued record to `each`. The kernel only wakes the agent
     /// past a fill threshold, so that tracing does not schedule the agent on every record.
     pub async fn collect(&mut self, each: &mut impl FnMut(Record)) -> Result<()> {
         tokio::select! {
@@ -54,7 +92,7 @@ impl Collector {
                 drain(guard.get_inner_mut(), &mut self.undecodable, each);
                 guard.clear_ready();
             }
-            _ = tokio::time::sleep(POLL) => {
+            _ = tokio::time::sleep(self.poll) => {
                 drain(self.ring.get_mut(), &mut self.undecodable, each);
             }
         }

@@ -647,6 +647,8 @@ pub struct LoadOptions {
     /// Load the hooks of hot jobs (`Job::hot`) without attaching them; `arm` attaches them
     /// later. For a `--cgroup` scope that may be empty.
     pub defer_hot: bool,
+    /// How promptly the agent will collect; the programs get its `wakeup_bytes`.
+    pub pace: crate::collector::Pace,
 }
 
 /// The hook families `FORKPROF_BENCH_ONLY` can name.
@@ -791,6 +793,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("CAPTURE_ARGV", &capture_argv, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
+        .override_global("WAKEUP_BYTES", &opts.pace.wakeup_bytes, true)
         .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
         .override_global("PROC_SLOT_MASK", &proc_slot_mask, true)
         .override_global("KERNEL_LAYOUT", &kernel.layout, true)

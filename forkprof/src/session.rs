@@ -8,7 +8,7 @@ use aya::maps::MapData;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::cgroups::{CgroupNames, CgroupScope, PopulatedWatch};
-use crate::collector::Collector;
+use crate::collector::{Collector, Pace};
 use crate::decode::Record;
 use crate::elf::InterpCache;
 use crate::found::Snapshot;
@@ -34,6 +34,9 @@ pub struct Options {
     pub owner: Option<InvokingUser>,
     /// Stored in the recording's meta table at once.
     pub meta: Vec<(String, String)>,
+    /// How promptly the agent collects (`Pace::LAZY` only where nothing reads the records
+    /// before the session ends).
+    pub pace: Pace,
 }
 
 /// How often the loss counters are copied into the recording.
@@ -224,6 +227,7 @@ impl Tracer {
         capture_argv: bool,
         scope: Option<&CgroupScope>,
         announce: bool,
+        pace: Pace,
     ) -> Result<Self> {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
@@ -231,6 +235,7 @@ impl Tracer {
             capture_argv,
             cgroup_scope: scope.map(CgroupScope::fd),
             defer_hot: scope.is_some(),
+            pace,
             ..Default::default()
         })?;
         let arming = match scope {
@@ -249,7 +254,7 @@ impl Tracer {
         } else {
             None
         };
-        let collector = Collector::new(&mut loaded.ebpf)?;
+        let collector = Collector::new(&mut loaded.ebpf, pace.poll)?;
         let mut tracer = Self {
             loaded,
             collector,
@@ -395,7 +400,14 @@ impl TraceSession {
     /// `start`; with `trace_all`, tracing only the processes of `scope` (`record --cgroup`)
     /// if given.
     pub fn start_in(opts: Options, scope: Option<&CgroupScope>) -> Result<Self> {
-        let tracer = Tracer::start(opts.trace_all, opts.precise_ld, opts.keep_args, scope, true)?;
+        let tracer = Tracer::start(
+            opts.trace_all,
+            opts.precise_ld,
+            opts.keep_args,
+            scope,
+            true,
+            opts.pace,
+        )?;
         let mut trace = Trace::default();
         // What the atime hint advises on (see `model::mounts`).
         trace.mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -606,7 +618,7 @@ impl LiveSession {
     /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
     pub fn start_in(scope: Option<&CgroupScope>, announce: bool) -> Result<Self> {
         // The live views show no arguments: the kernel need not read them.
-        let tracer = Tracer::start(true, false, false, scope, announce)?;
+        let tracer = Tracer::start(true, false, false, scope, announce, Pace::PROMPT)?;
         Ok(Self {
             tracer,
             live: Live::default(),
@@ -623,7 +635,7 @@ impl LiveSession {
 
     /// Collects into the live aggregator until `stop` completes, then takes what is queued
     /// in the ring buffer, and returns its output. The collector polls the ring buffer only
-    /// once its `POLL` has passed inside one call, so a caller whose `stop` is shorter (the
+    /// once its poll interval (`Pace::PROMPT`) has passed inside one call, so a caller whose `stop` is shorter (the
     /// TUI reads keys every 50 ms) would otherwise see records only when the kernel wakes
     /// the agent, at 256 KiB: seconds late at a low rate.
     pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {

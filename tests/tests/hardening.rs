@@ -455,6 +455,31 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A plain `run` collects lazily (every second, or once 4 MiB wait): a storm must still
+/// lose nothing, the 12 MiB left in the ring buffer past the wakeup being about 7,000
+/// spawns.
+#[test]
+fn a_lazy_run_keeps_up_with_a_spawn_storm() {
+    let _kernel = shared();
+    needs_root!();
+    let w = workload();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
+    let run = run_traced(
+        &[w.to_str().unwrap(), "storm", "10", &threads.to_string()],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let own: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    let created = own["processes"].as_u64().unwrap();
+    eprintln!(
+        "lazy storm: {created} processes in 10 s ({:.0}/s) with {threads} threads",
+        created as f64 / 10.0
+    );
+    assert_eq!(run.summary("lost_events"), 0);
+    assert_eq!(run.summary("processes") - 1, created);
+    assert_eq!(run.method("fork"), created);
+}
+
 #[test]
 fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
     let _kernel = exclusive();

@@ -18,6 +18,37 @@ fn spawn_run(method: &str, program: Option<&str>) -> forkprof_tests::Run {
     run
 }
 
+/// The agent's wakeups while the traced command sleeps 3 s: the voluntary context switches
+/// of its main thread, which the command reads from `/proc/$PPID/status` (forkprof is its
+/// parent) half a second in and 3 s later.
+fn agent_wakeups_in_3s(flags: &[&str]) -> u64 {
+    let script = "s() { sed -n 's/^voluntary_ctxt_switches:[[:space:]]*//p' /proc/$PPID/status; }; \
+                  sleep 0.5; a=$(s); sleep 3; b=$(s); echo $((b - a))";
+    let run = forkprof_tests::run_traced_with(flags, &["sh", "-c", script], |_| {});
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    run.stdout().trim().parse().expect("a count of wakeups")
+}
+
+/// A plain `run`, whose records nothing reads before the command ends, polls the ring
+/// buffer every second; with a recording it polls every 100 ms. A poll measured two
+/// voluntary switches here, so about 6 in 3 s against 60; the bound sits halfway, in ratio,
+/// between the two paces (a factor of 3 from each).
+#[test]
+fn a_plain_run_wakes_its_agent_ten_times_less_often() {
+    needs_root!();
+    let lazy = agent_wakeups_in_3s(&[]);
+    let dir = tempdir();
+    let db = dir.join("pace.db");
+    let prompt = agent_wakeups_in_3s(&["-o", db.to_str().unwrap()]);
+    eprintln!("agent wakeups in 3 s: plain run {lazy}, recording {prompt}");
+    assert!(lazy < 20, "a plain run's agent woke {lazy} times in 3 s");
+    assert!(
+        prompt >= 20,
+        "a recording run's agent woke {prompt} times in 3 s"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn counts_each_method_exactly() {
     needs_root!();

@@ -4,6 +4,7 @@ use anyhow::{Context as _, Result};
 
 use crate::cgroups::CgroupScope;
 use crate::cli::RecordArgs;
+use crate::collector::Pace;
 use crate::privilege::InvokingUser;
 use crate::session::{self, Options, StopSignals, TraceSession};
 
@@ -64,6 +65,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             keep_args: !args.recording.no_args,
             owner: user.clone(),
             meta: vec![("mode".into(), mode)],
+            pace: Pace::PROMPT,
         },
         scope.as_ref(),
     )?;

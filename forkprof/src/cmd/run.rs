@@ -11,6 +11,7 @@ use anyhow::{Context as _, Result};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ReportArgs, RunArgs};
+use crate::collector::Pace;
 use crate::model::{Report, report::escape, trace::ExitStatus};
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
@@ -111,6 +112,13 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         output: args.output.clone(),
         keep_args: !args.recording.no_args,
         owner: user.clone(),
+        // Nothing reads the records before the command ends, unless they are recorded or
+        // `--precise-ld` attaches its uprobes as execs are read.
+        pace: if args.output.is_none() && !args.recording.precise_ld {
+            Pace::LAZY
+        } else {
+            Pace::PROMPT
+        },
         meta: vec![
             ("mode".into(), "run".into()),
             (

@@ -408,23 +408,35 @@ fn the_kernel_programs_only_read() {
     }
 }
 
-#[test]
-fn spawn_storm_reconciles_with_the_workloads_own_count() {
-    let _kernel = shared();
-    needs_root!();
+/// `forkprof run FLAGS` over the workload's storm of `secs` seconds, two threads per CPU:
+/// the run, how many processes the workload says it created, and its threads.
+fn storm(flags: &[&str], secs: u32) -> (forkprof_tests::Run, u64, usize) {
     let w = workload();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
-    // Recorded too: the writer thread must keep up as well.
-    let dir = tempdir();
-    let db = dir.join("storm.db");
     let run = run_traced_with(
-        &["-o", db.to_str().unwrap()],
-        &[w.to_str().unwrap(), "storm", "30", &threads.to_string()],
+        flags,
+        &[
+            w.to_str().unwrap(),
+            "storm",
+            &secs.to_string(),
+            &threads.to_string(),
+        ],
         |_| {},
     );
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let own: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
     let created = own["processes"].as_u64().unwrap();
+    (run, created, threads)
+}
+
+#[test]
+fn spawn_storm_reconciles_with_the_workloads_own_count() {
+    let _kernel = shared();
+    needs_root!();
+    // Recorded too: the writer thread must keep up as well.
+    let dir = tempdir();
+    let db = dir.join("storm.db");
+    let (run, created, threads) = storm(&["-o", db.to_str().unwrap()], 30);
     let lost = run.summary("lost_events");
     let seen = run.summary("processes") - 1; // the workload itself
     eprintln!(
@@ -462,15 +474,7 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
 fn a_lazy_run_keeps_up_with_a_spawn_storm() {
     let _kernel = shared();
     needs_root!();
-    let w = workload();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
-    let run = run_traced(
-        &[w.to_str().unwrap(), "storm", "10", &threads.to_string()],
-        |_| {},
-    );
-    assert_eq!(run.code(), 0, "{}", run.stderr());
-    let own: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
-    let created = own["processes"].as_u64().unwrap();
+    let (run, created, threads) = storm(&[], 10);
     eprintln!(
         "lazy storm: {created} processes in 10 s ({:.0}/s) with {threads} threads",
         created as f64 / 10.0

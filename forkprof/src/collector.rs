@@ -83,8 +83,9 @@ impl Collector {
     }
 
     /// Waits until the kernel wakes the agent (the ring buffer is filling up) or its poll
-    /// interval passes, then hands every queued record to `each`. The kernel only wakes the agent
-    /// past a fill threshold, so that tracing does not schedule the agent on every record.
+    /// interval passes, then hands every queued record to `each`. The kernel only wakes the
+    /// agent past a fill threshold, so that tracing does not schedule the agent on every
+    /// record.
     pub async fn collect(&mut self, each: &mut impl FnMut(Record)) -> Result<()> {
         tokio::select! {
             guard = self.ring.readable_mut() => {

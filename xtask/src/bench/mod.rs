@@ -184,21 +184,23 @@ fn check(args: &BenchArgs) -> Result<()> {
         if cpus < 2 {
             bail!("--pin needs 2 CPUs (the loop's and the agent's); this machine has {cpus}");
         }
-        let not_pinnable: Vec<&str> = tools_of(args)
+        let mut not_pinnable: Vec<&str> = tools_of(args)
             .into_iter()
             .filter(|t| !tools::PINNABLE.contains(t))
             .map(|t| t.label())
             .collect();
-        if !not_pinnable.is_empty() || args.ablation || args.above_floor.is_some() {
+        if args.ablation {
+            not_pinnable.push("--ablation");
+        }
+        if args.above_floor.is_some() {
+            not_pinnable.push("--above-floor");
+        }
+        if !not_pinnable.is_empty() {
             bail!(
                 "--pin applies to the A/A control and the forkprof run rows only \
                  (--only control,forkprof,forkprof-empty,forkprof-precise-ld,forkprof-precise-ld-empty), \
                  without --ablation or --above-floor; not to: {}",
-                if not_pinnable.is_empty() {
-                    "--ablation, --above-floor".to_owned()
-                } else {
-                    not_pinnable.join(", ")
-                }
+                not_pinnable.join(", ")
             );
         }
     }

@@ -618,7 +618,7 @@ impl LiveSession {
     /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
     pub fn start_in(scope: Option<&CgroupScope>, announce: bool) -> Result<Self> {
         // The live views show no arguments: the kernel need not read them.
-        let tracer = Tracer::start(true, false, false, scope, announce, Pace::PROMPT)?;
+        let tracer = Tracer::start(true, false, false, scope, announce, Pace::LIVE)?;
         Ok(Self {
             tracer,
             live: Live::default(),
@@ -635,9 +635,10 @@ impl LiveSession {
 
     /// Collects into the live aggregator until `stop` completes, then takes what is queued
     /// in the ring buffer, and returns its output. The collector polls the ring buffer only
-    /// once its poll interval (`Pace::PROMPT`) has passed inside one call, so a caller whose
-    /// `stop` is shorter (the TUI reads keys every 50 ms) would otherwise see records only
-    /// when the kernel wakes the agent, at 256 KiB: seconds late at a low rate.
+    /// once its poll interval (`Pace::LIVE`, a second) has passed inside one call, so a
+    /// caller whose `stop` is shorter (`monitor` updates every 500 ms, the TUI reads keys
+    /// every 50 ms) would otherwise see records only when the kernel wakes the agent, at
+    /// 256 KiB: seconds late at a low rate.
     pub async fn run_until<T>(&mut self, stop: impl Future<Output = T>) -> Result<T> {
         let (live, found, cgroups) = (&mut self.live, &mut self.found, &mut self.cgroups);
         let out = self

@@ -4,7 +4,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape, tempdir, wait_for,
+    Killed, Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape, tempdir,
+    wait_for, wait_until_recording,
 };
 
 /// A uniquely named copy of `true` and a shell loop that runs it `n` times.
@@ -361,4 +362,91 @@ fn monitor_on_a_busy_or_bad_address_exits_1() {
         );
         assert_eq!(err.lines().count(), 1, "{err}");
     }
+}
+
+/// The voluntary context switches of every thread of process `pid` so far: one per sleep
+/// the process woke from.
+fn wakeups(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// The wakeups of a running forkprof over 3 s, half a second after it was ready.
+fn wakeups_in_3s(pid: u32) -> u64 {
+    std::thread::sleep(Duration::from_millis(500));
+    let before = wakeups(pid);
+    std::thread::sleep(Duration::from_secs(3));
+    wakeups(pid) - before
+}
+
+/// The live views take what the kernel queued at each update themselves (every 500 ms for
+/// `monitor`, every interval for plain `top`), so their agent no longer polls the ring
+/// buffer every 100 ms in between: an idle one wakes a few times a second, not 20. Measured
+/// on the test VM: `monitor` 12-13 wakeups in 3 s, plain `top` about 7; at the prompt pace
+/// both woke about 60 times, as `record`, which keeps it (a SIGKILL loses what is still in
+/// the ring buffer), still does. The bound sits between the two paces in ratio, a factor of
+/// about 2 from each; `record` is the control that the count sees a 100 ms poll.
+#[test]
+fn idle_live_views_wake_only_to_update() {
+    needs_root!();
+    let port = free_port();
+    let monitor = monitor(port, &[]);
+    wait_for("/metrics", Duration::from_secs(20), || scrape(port));
+    let monitor_wakeups = wakeups_in_3s(monitor.0.id());
+    drop(monitor);
+
+    let mut top = Command::new(forkprof())
+        .args(["top", "--plain"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(top.stdout.take().unwrap()));
+    // Its first line: tracing has started. The pipe holds the few lines printed after it.
+    assert!(
+        lines.next().is_some_and(|l| l.is_ok()),
+        "top printed nothing"
+    );
+    let top = Killed(top);
+    let top_wakeups = wakeups_in_3s(top.0.id());
+    drop(top);
+
+    let dir = tempdir();
+    let mut record = Command::new(forkprof())
+        .args(["record", "-o"])
+        .arg(dir.join("idle.db"))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&mut record);
+    let record = Killed(record);
+    let record_wakeups = wakeups_in_3s(record.0.id());
+    drop(record);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    eprintln!(
+        "wakeups in 3 s: monitor {monitor_wakeups}, top --plain {top_wakeups}, record {record_wakeups}"
+    );
+    assert!(
+        monitor_wakeups < 27,
+        "monitor woke {monitor_wakeups} times in 3 s"
+    );
+    assert!(
+        top_wakeups < 27,
+        "top --plain woke {top_wakeups} times in 3 s"
+    );
+    assert!(
+        record_wakeups >= 27,
+        "record woke {record_wakeups} times in 3 s"
+    );
 }

@@ -39,7 +39,7 @@ impl Pace {
     /// For the live views (`top`, `monitor`): they take what is queued at the end of every
     /// update themselves (`LiveSession::run_until`: every 500 ms for `monitor`, every 50 ms
     /// in the TUI), so a poll in between would only wake the agent for nothing. An idle
-    /// `monitor` woke about 20 times a second at the prompt pace, each wakeup about 70 µs of
+    /// `monitor` woke about 20 times a second at the prompt pace, each wakeup 70-95 µs of
     /// CPU on the VM measured (BENCHMARKS.md, "An idle agent"). The kernel still wakes it
     /// once 256 KiB wait, as at the prompt pace, so a busy host is drained as promptly.
     pub const LIVE: Pace = Pace {

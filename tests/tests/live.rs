@@ -390,7 +390,7 @@ fn wakeups_in_3s(pid: u32) -> u64 {
 /// The live views take what the kernel queued at each update themselves (every 500 ms for
 /// `monitor`, every interval for plain `top`), so their agent no longer polls the ring
 /// buffer every 100 ms in between: an idle one wakes a few times a second, not 20. Measured
-/// on the test VM: `monitor` 12-13 wakeups in 3 s, plain `top` about 7; at the prompt pace
+/// on the test VM: `monitor` 10-11 wakeups in 3 s, plain `top` about 7; at the prompt pace
 /// both woke about 60 times, as `record`, which keeps it (a SIGKILL loses what is still in
 /// the ring buffer), still does. The bound sits between the two paces in ratio, a factor of
 /// about 2 from each; `record` is the control that the count sees a 100 ms poll.

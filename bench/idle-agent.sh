@@ -1,8 +1,8 @@
 #!/bin/bash
 # What forkprof's agent costs while nothing spawns: for each build and each mode (`run`
 # of a sleeping command, `run -o`, `record`, `monitor`, `top --plain`), the CPU time of all
-# its threads and their voluntary context switches (one per wakeup) over SECONDS, from
-# /proc, after 3 s to settle. Prints one line per build and mode.
+# its threads and their voluntary context switches (one per wakeup) over SECONDS_IDLE
+# seconds (default 10), from /proc, after 3 s to settle. Prints one line per build and mode.
 # Usage (root): [SECONDS_IDLE=10] bench/idle-agent.sh FORKPROF...
 set -eu
 secs=${SECONDS_IDLE:-10}

@@ -23,6 +23,9 @@ case $mode in
 esac
 for round in $(seq "${ROUNDS:-10}"); do
   for fp in "$@"; do
+    # Emptied first: the background agent truncates it only once it runs, and a poll
+    # before that would find the last round's ready line.
+    : > "$work/agent.err"
     "$fp" "${args[@]}" 2> "$work/agent.err" & agent=$!
     until grep -q "^$ready" "$work/agent.err"; do
       kill -0 $agent 2>/dev/null || { cat "$work/agent.err" >&2; exit 1; }

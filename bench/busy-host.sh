@@ -43,6 +43,11 @@ measure() { # MODE LABEL [ENV...]
     record) args=(record --force -o "$work/r.db"); ready='forkprof: recording' ;;
     monitor) args=(monitor --listen 127.0.0.1:0); ready='forkprof: serving metrics' ;;
   esac
+  # Emptied first: the background agent truncates it only once it runs, and a poll before
+  # that would find the last measurement's ready line. The loops would then start while
+  # the agent still reads /proc (about 64,000 reads with 10,000 idle processes), and those
+  # syscalls would pass the programs being measured.
+  : > "$work/agent.err"
   env "$@" "$fp" "${args[@]}" 2>"$work/agent.err" & local agent=$!
   local waited=0
   until grep -q "^$ready" "$work/agent.err"; do
@@ -61,7 +66,11 @@ measure() { # MODE LABEL [ENV...]
 import json, sys
 progs, spawns, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 ns = sum(p.get("run_time_ns", 0) for p in progs if p.get("name", "").startswith("forkprof"))
-print(f"{label:<24} {ns / spawns / 1000:6.2f} us per spawn in forkprof's programs")
+# Every syscall on the host passes sys_enter: its hits per spawn, about 33 for this loop,
+# show when something else made syscalls during the measurement.
+enters = sum(p.get("run_cnt", 0) for p in progs if p.get("name") == "forkprof_sys_enter")
+print(f"{label:<24} {ns / spawns / 1000:6.2f} us per spawn in forkprof's programs"
+      f" ({enters / spawns:.1f} sys_enter hits per spawn)")
 PY
 }
 measured=0

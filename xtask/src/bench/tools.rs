@@ -339,6 +339,12 @@ pub(super) fn record_args(db: &str) -> [&str; 4] {
 /// caller adds, then SIGINT to forkprof; the exit status is the program's, or 1 when
 /// forkprof stops early or fails (its stderr is shown then). `program` gets forkprof's pid
 /// in SPAWN_LOOP_TRACER, so that the loop can measure the agent's CPU time.
+///
+/// The script empties `stderr` before it starts forkprof. The background child truncates
+/// the file only once it runs, and the file is reused from run to run: a poll that came
+/// first would find the previous run's ready line, and the loop would start while forkprof
+/// was still attaching its programs or reading /proc. bench/busy-host.sh, whose bash holds
+/// 10,000 jobs and forks slowly, met it in about half its measurements.
 pub(super) fn while_tracing(
     forkprof: &Path,
     stderr: &Path,
@@ -348,6 +354,7 @@ pub(super) fn while_tracing(
 ) -> Command {
     let script = format!(
         r#"fp=$1; out=$2; shift 2
+: >"$out"
 "$fp" {} 2>"$out" & agent=$!
 until grep -q '^{ready}' "$out"; do
   kill -0 $agent 2>/dev/null || {{ cat "$out" >&2; exit 1; }}

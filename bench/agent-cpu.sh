@@ -8,6 +8,7 @@
 #   [MODE=record|monitor] [ROUNDS=10] bench/agent-cpu.sh [ITERATIONS] FORKPROF...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/start-agent.sh"
 loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
 mode=${MODE:-record}
@@ -23,14 +24,7 @@ case $mode in
 esac
 for round in $(seq "${ROUNDS:-10}"); do
   for fp in "$@"; do
-    # Emptied first: the background agent truncates it only once it runs, and a poll
-    # before that would find the last round's ready line.
-    : > "$work/agent.err"
-    "$fp" "${args[@]}" 2> "$work/agent.err" & agent=$!
-    until grep -q "^$ready" "$work/agent.err"; do
-      kill -0 $agent 2>/dev/null || { cat "$work/agent.err" >&2; exit 1; }
-      sleep 0.05
-    done
+    start_agent "$ready" "$work/agent.err" "$fp" "${args[@]}"
     line=$(SPAWN_LOOP_TRACER=$agent "$loop" "$n" "$true_dyn")
     kill -INT $agent
     wait $agent

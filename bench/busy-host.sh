@@ -7,6 +7,7 @@
 #   [IDLE=10000] [ROUNDS=2] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/start-agent.sh"
 fp=${FORKPROF:-$root/target/release/forkprof}
 loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
@@ -43,17 +44,8 @@ measure() { # MODE LABEL [ENV...]
     record) args=(record --force -o "$work/r.db"); ready='forkprof: recording' ;;
     monitor) args=(monitor --listen 127.0.0.1:0); ready='forkprof: serving metrics' ;;
   esac
-  # Emptied first: the background agent truncates it only once it runs, and a poll before
-  # that would find the last measurement's ready line. The loops would then start while
-  # the agent still reads /proc (about 64,000 reads with 10,000 idle processes), and those
-  # syscalls would pass the programs being measured.
-  : > "$work/agent.err"
-  env "$@" "$fp" "${args[@]}" 2>"$work/agent.err" & local agent=$!
-  local waited=0
-  until grep -q "^$ready" "$work/agent.err"; do
-    kill -0 $agent 2>/dev/null && [ $waited -lt 600 ] || { cat "$work/agent.err" >&2; exit 1; }
-    sleep 0.05; waited=$((waited + 1))
-  done
+  local agent
+  start_agent "$ready" "$work/agent.err" env "$@" "$fp" "${args[@]}"
   sysctl -qw kernel.bpf_stats_enabled=1
   "$loop" "$n" "$true_dyn" >/dev/null & local a=$!
   "$loop" "$n" "$true_dyn" >/dev/null & local b=$!

@@ -13,7 +13,7 @@ loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
 n=${1:-2000}
 work=$(mktemp -d)
-trap 'kill $(cat "$work"/idle.pids) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(cat "$work"/idle.pids) 2>/dev/null || true; rm -rf "$work"' EXIT
 touch "$work/idle.pids"
 for _ in $(seq "${IDLE:-10000}"); do sleep 3600 & echo $! >> "$work/idle.pids"; done
 # The shell has forked them all by now, but each still has to exec sleep and run its

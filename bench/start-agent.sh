@@ -10,9 +10,22 @@
 # the programs being measured). bench/busy-host.sh, whose bash holds 10,000 jobs and forks
 # slowly, met that in about half its measurements (BENCHMARKS.md, "The benchmarks' ready
 # check").
+#
+# It refuses to start one while forkprof programs stay loaded (another agent, left
+# running): the scripts sum bpf_stats over every program named forkprof_*, and another
+# agent's programs also slow the loops down. The last run's agent has exited by then, but
+# the kernel frees its programs a moment later, so it waits up to 10 s for them to go.
 start_agent() {
   local ready=$1 err=$2 waited=0
   shift 2
+  while bpftool prog show 2>/dev/null | grep -q ' name forkprof_'; do
+    if [ $waited -ge 200 ]; then
+      echo "forkprof programs are still loaded (another agent?): stop it first" >&2
+      exit 1
+    fi
+    sleep 0.05; waited=$((waited + 1))
+  done
+  waited=0
   : > "$err"
   "$@" 2> "$err" & agent=$!
   until grep -q "^$ready" "$err"; do

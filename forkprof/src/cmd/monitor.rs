@@ -81,8 +81,9 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
     });
     // The address bound: with port 0, the one the kernel chose.
     let bound = local.map_or_else(|| args.listen.clone(), |a| a.to_string());
-    eprintln!("forkprof: serving metrics at http://{bound}/metrics");
+    // The handlers first: whoever reads the line below may stop the agent at once.
     let mut signals = StopSignals::new()?;
+    eprintln!("forkprof: serving metrics at http://{bound}/metrics");
     loop {
         let stop = runtime.block_on(session.run_until(signals.or_after(Some(UPDATE_EVERY))))?;
         let sweep = session.sweep()?;

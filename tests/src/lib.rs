@@ -581,6 +581,29 @@ pub fn attached_trampolines(pid: u32) -> usize {
         .count()
 }
 
+/// The hooks of the syscalls job's fentry/fexit source (`loader::SYSCALL_FUNCTIONS`): 19 for
+/// x86-64 syscalls and 9 for ia32 ones, on a kernel with CONFIG_IA32_EMULATION.
+pub const SYSCALL_FUNCTION_HOOKS: usize = 28;
+
+/// How a recording's `sources` names the syscalls job where it hooks the syscall
+/// functions (where trampolines attach), and where it hooks the `sys_enter` and `sys_exit`
+/// tracepoints instead (where they are refused, as under lockdown).
+pub const SYSCALL_FUNCTIONS_SOURCE: &str = "fentry/fexit __x64_sys_*";
+pub const SYSCALL_TRACEPOINTS_SOURCE: &str = "tp_btf sys_enter + tp_btf sys_exit";
+
+/// The `sources` of recording `db` (`forkprof report --format json`): for each phase, the
+/// hooks that measured it.
+pub fn recorded_sources(db: &Path) -> Value {
+    let out = Command::new(forkprof())
+        .args(["report", "--format", "json"])
+        .arg(db)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    report["sources"].clone()
+}
+
 /// The raw tracepoints forkprof hooks that fire on every syscall, user page fault or
 /// mmap-lock event of every task (page_fault_user only where do_wp_page cannot be hooked,
 /// the mmap-lock pair only where no better source of pagetable_copy attaches).

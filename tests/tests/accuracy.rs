@@ -3,7 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use forkprof_tests::{Run, needs_root, run_traced, run_traced_with, tempdir, workload};
+use forkprof_tests::{
+    Run, SYSCALL_FUNCTIONS_SOURCE, SYSCALL_TRACEPOINTS_SOURCE, needs_root, run_traced,
+    run_traced_with, tempdir, workload,
+};
 use serde_json::Value;
 
 fn mean(v: &[f64]) -> f64 {
@@ -702,10 +705,16 @@ fn precise_ld_matches_exec_to_main() {
             "{}",
             run.report["sources"]
         );
-        // ld_map still ends at arch_prctl(ARCH_SET_FS): its source names sys_enter too.
+        // ld_map still ends at arch_prctl(ARCH_SET_FS): its source names the syscalls' too,
+        // the tracepoints or the syscall functions, as exec's does.
         let ld_map = run.report["sources"]["ld_map"].as_str().unwrap();
+        let exec = run.report["sources"]["exec"].as_str().unwrap();
+        let syscalls = [SYSCALL_TRACEPOINTS_SOURCE, SYSCALL_FUNCTIONS_SOURCE]
+            .into_iter()
+            .find(|s| exec.contains(s))
+            .unwrap_or_else(|| panic!("exec from {exec:?}"));
         assert!(
-            ld_map.starts_with("uprobe") && ld_map.contains("tp_btf sys_enter"),
+            ld_map.starts_with("uprobe") && ld_map.contains(syscalls),
             "{ld_map}"
         );
         assert_gap(

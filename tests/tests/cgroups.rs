@@ -12,8 +12,9 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use forkprof_tests::{
-    Groups, HOT_TRACEPOINTS, attached_tracepoints, forkprof, in_group, needs_root, succeeded,
-    tempdir, workload,
+    Groups, HOT_TRACEPOINTS, SYSCALL_FUNCTION_HOOKS, SYSCALL_FUNCTIONS_SOURCE,
+    SYSCALL_TRACEPOINTS_SOURCE, attached_tracepoints, attached_trampolines, forkprof, in_group,
+    needs_root, recorded_sources, succeeded, tempdir, workload,
 };
 use serde_json::Value;
 
@@ -36,6 +37,35 @@ fn report(db: &Path, by: &str) -> Vec<(String, u64)> {
             )
         })
         .collect()
+}
+
+/// The syscalls job is attached, by the source that the recording's `sources` name: the
+/// `sys_enter` and `sys_exit` tracepoints (in `tracepoints`), or the syscall functions'
+/// fentry/fexit links (`trampolines`, of which `before` were there already).
+fn assert_syscalls_attached(
+    sources: &Value,
+    tracepoints: &[String],
+    trampolines: usize,
+    before: usize,
+) {
+    let exec = sources["exec"].as_str().unwrap_or("");
+    if exec.contains(SYSCALL_TRACEPOINTS_SOURCE) {
+        for hook in ["sys_enter", "sys_exit"] {
+            assert!(
+                tracepoints.iter().any(|t| t == hook),
+                "{hook}: {tracepoints:?}"
+            );
+        }
+    } else {
+        assert!(
+            exec.contains(SYSCALL_FUNCTIONS_SOURCE),
+            "exec from {exec:?}"
+        );
+        assert!(
+            trampolines >= before + SYSCALL_FUNCTION_HOOKS,
+            "{trampolines} fentry/fexit links, {before} before: want {SYSCALL_FUNCTION_HOOKS} more"
+        );
+    }
 }
 
 fn count(rows: &[(String, u64)], group: &str) -> Option<u64> {
@@ -195,11 +225,13 @@ fn record_cgroup_of_the_root_records_everything() {
     let db = dir.join("root.db");
     let (mut rec, _stderr) = record_cgroup("/", &db);
     let hooks = attached_tracepoints(rec.id());
-    assert!(hooks.iter().any(|t| t == "sys_enter"), "{hooks:?}");
+    let trampolines = attached_trampolines(rec.id());
     sh(&format!("{w} spawn fork 5 /bin/true"));
     // SAFETY: kill has no memory preconditions; the pid is our own child's.
     assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
     assert_eq!(rec.wait().unwrap().code(), Some(0));
+    // The syscalls job was attached from the start, by whichever source this kernel allows.
+    assert_syscalls_attached(&recorded_sources(&db), &hooks, trampolines, 0);
     let binaries = report(&db, "binary");
     assert!(
         count(&binaries, "/bin/true").unwrap_or(0) >= 5,
@@ -220,6 +252,12 @@ fn record_cgroup_of_an_empty_group_attaches_its_hot_hooks_once_it_has_a_process(
     let (mut rec, stderr) = record_cgroup(&groups.shown("a.service"), &db);
     let pid = rec.id();
     let idle = attached_tracepoints(pid);
+    // No fentry or fexit either, but the one non-hot job's (begin_new_exec, before 6.10).
+    let idle_trampolines = attached_trampolines(pid);
+    assert!(
+        idle_trampolines <= 1,
+        "{idle_trampolines} fentry/fexit links while idle"
+    );
     for cheap in ["task_newtask", "sched_process_exit", "sched_process_free"] {
         assert!(idle.contains(&cheap.to_string()), "{cheap}: {idle:?}");
     }
@@ -251,18 +289,23 @@ fn record_cgroup_of_an_empty_group_attaches_its_hot_hooks_once_it_has_a_process(
         }
     }
     let armed = attached_tracepoints(pid);
-    for hot in HOT_TRACEPOINTS {
-        // The mmap-lock pair is only there where no better source of pagetable_copy is.
-        if !hot.starts_with("mmap_lock") {
-            assert!(armed.contains(&hot.to_string()), "{hot}: {armed:?}");
-        }
-    }
+    let armed_trampolines = attached_trampolines(pid);
     use std::io::Write as _;
     writeln!(shell.stdin.take().unwrap(), "go").unwrap();
     assert!(shell.wait().unwrap().success());
     // SAFETY: kill has no memory preconditions; the pid is our own child's.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
     assert_eq!(rec.wait().unwrap().code(), Some(0));
+    // Armed: the hot hooks of the sources this kernel allows, which the recording names. The
+    // mmap-lock pair is only there where no better source of pagetable_copy is.
+    let sources = recorded_sources(&db);
+    assert_syscalls_attached(&sources, &armed, armed_trampolines, idle_trampolines);
+    let cow = sources["cow_faults"].as_str().unwrap_or("");
+    assert_eq!(
+        armed.iter().any(|t| t == "page_fault_user"),
+        cow.contains("page_fault_user"),
+        "cow_faults from {cow:?}; tracepoints {armed:?}"
+    );
     let out = Command::new(forkprof())
         .args(["report", "--format", "json", "--by", "cgroup"])
         .arg(&db)

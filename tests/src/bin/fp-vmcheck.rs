@@ -10,12 +10,10 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use forkprof_tests::SYSCALL_FUNCTION_HOOKS;
 use serde_json::Value;
 
 const FORKPROF: &str = "/fp/forkprof";
-/// The hooks of the syscalls job's fentry/fexit source (`loader::SYSCALL_FUNCTIONS`): 19 for
-/// x86-64 syscalls and 9 for ia32 ones, which these kernels (CONFIG_IA32_EMULATION) have.
-const SYSCALL_FUNCTION_HOOKS: usize = 28;
 /// A 32-bit process that spawns through the ia32 syscall table (tests/fixtures/spawn32.c).
 const SPAWN32: &str = "/fp/spawn32";
 const WORKLOAD: &str = "/fp/fp-workload";

@@ -1,4 +1,5 @@
-//! `cargo xtask vm-test`: boots Debian's 6.1 and 6.12 kernels in qemu and runs fp-vmcheck.
+//! `cargo xtask vm-test`: boots Debian's 6.1 and 6.12 kernels in qemu and runs fp-vmcheck,
+//! which also runs the host test binaries of `HOST_TESTS` there.
 use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -52,6 +53,10 @@ const GUEST_GUARD_S: u64 = 13 * 60;
 const VM_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 /// The workspace binaries the guest runs, from target/debug.
 const BINS: &[&str] = &["forkprof", "fp-workload", "fp-vmcheck"];
+/// Host test files (tests/tests/NAME.rs) whose binaries the guest runs whole, from its
+/// /fp/deps (so that they find forkprof and fp-workload in /fp, as on the host in
+/// target/debug): the ones that need no gcc, terminal or service the guest lacks.
+const HOST_TESTS: &[&str] = &["cgroups"];
 
 const INIT: &str = r#"#!/bin/busybox sh
 export PATH=/bin:/fp
@@ -95,7 +100,8 @@ pub fn run_vm(args: &VmArgs) -> Result<()> {
         "forkprof-tests",
         "--bins",
     ]))?;
-    let initrd = build_initramfs(&dir)?;
+    let host_tests = build_host_tests()?;
+    let initrd = build_initramfs(&dir, &host_tests)?;
     let mut failed = 0;
     let mut columns = vec![("host".to_string(), host_doctor(&dir))];
     let mut summary = Vec::new();
@@ -332,7 +338,34 @@ fn find_vmlinuz(dir: &Path) -> Option<PathBuf> {
 }
 
 /// A cpio (newc, gzip) archive: busybox, /init, the binaries under /fp and their libraries.
-fn build_initramfs(dir: &Path) -> Result<PathBuf> {
+/// Builds the `HOST_TESTS` binaries and returns each one's name and path.
+fn build_host_tests() -> Result<Vec<(&'static str, PathBuf)>> {
+    let mut cargo = Command::new("cargo");
+    cargo.current_dir(root()).args([
+        "test",
+        "-p",
+        "forkprof-tests",
+        "--no-run",
+        "--message-format=json",
+    ]);
+    for name in HOST_TESTS {
+        cargo.args(["--test", name]);
+    }
+    let said = output(&mut cargo);
+    HOST_TESTS
+        .iter()
+        .map(|&name| {
+            said.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+                .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+                .map(|path| (name, path))
+                .with_context(|| format!("cargo test --no-run built no test binary {name}"))
+        })
+        .collect()
+}
+
+fn build_initramfs(dir: &Path, host_tests: &[(&str, PathBuf)]) -> Result<PathBuf> {
     let stage = dir.join("initramfs");
     if stage.exists() {
         std::fs::remove_dir_all(&stage)?;
@@ -377,6 +410,15 @@ fn build_initramfs(dir: &Path) -> Result<PathBuf> {
             .arg(fp.join(bin))
             .arg(&src))?;
         dynamic.push(fp.join(bin));
+    }
+    std::fs::create_dir_all(fp.join("deps"))?;
+    for (name, src) in host_tests {
+        let dst = fp.join("deps").join(name);
+        run(Command::new("strip")
+            .args(["--strip-debug", "-o"])
+            .arg(&dst)
+            .arg(src))?;
+        dynamic.push(dst);
     }
     for bin in &dynamic {
         let ldd = output(Command::new("ldd").arg(bin));

@@ -886,8 +886,42 @@ fn guest() -> i32 {
     t.check("pagetable-copy-kprobe", pagetable_copy(NO_FENTRY));
     t.check("record-report", record_report());
     t.check("cgroup-scope", cgroup_scope());
+    // The host's own test binaries that xtask put in /fp/deps, run whole in this kernel.
+    let mut host_tests: Vec<_> = std::fs::read_dir("/fp/deps")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    host_tests.sort();
+    for path in host_tests {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        t.check(&format!("host-tests-{name}"), host_tests_pass(&path));
+    }
     println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);
     i32::from(t.failed > 0)
+}
+
+/// Runs a host test binary whole (one test at a time, as `cargo xtask test` does): it
+/// passes when every test passes, and at least one ran.
+fn host_tests_pass(path: &std::path::Path) -> Result<String, String> {
+    let path = path.to_string_lossy();
+    let ran = exec(&[&path, "--test-threads", "1"]);
+    let out = format!("{}\n{}", ran.stdout, ran.stderr);
+    let result = out
+        .lines()
+        .find_map(|l| l.strip_prefix("test result: "))
+        .unwrap_or("no test result");
+    let passed = result
+        .split_once(" passed")
+        .and_then(|(head, _)| head.rsplit(' ').next()?.parse::<u32>().ok())
+        .unwrap_or(0);
+    if ran.code == Some(0) && result.starts_with("ok") && passed > 0 {
+        return Ok(result.to_string());
+    }
+    // What failed and why: the failures section, which names each test and its panic.
+    let failures = out.find("failures:").map_or("", |i| &out[i..]);
+    Err(format!("{}; {result}; {failures}", ran.what))
 }
 
 /// Markdown table of phase sources; `columns` are LABEL=FILE, FILE a doctor JSON (or absent).

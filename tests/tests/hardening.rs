@@ -687,12 +687,13 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.nth(18)?.parse().ok()
 }
 
-/// Live processes that started after `since` (clock ticks since boot), other than `agent`.
+/// Live processes that started at `since` (clock ticks since boot) or later, other than
+/// `agent`: a tick is 1-10 ms, so those of the agent's own tick count too.
 fn processes_started_after(since: u64, agent: u32) -> usize {
     std::fs::read_dir("/proc")
         .map(|dir| {
             dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|&pid| pid != agent && start_time(pid).is_some_and(|t| t > since))
+                .filter(|&pid| pid != agent && start_time(pid).is_some_and(|t| t >= since))
                 .count()
         })
         .unwrap_or(0)

@@ -565,23 +565,22 @@ fn a_reused_pid_is_two_processes_with_their_own_execs() {
     }
 }
 
+/// What forkprof writes is not group- or world-writable, and its temporary files are gone
+/// when it exits. It makes them in `std::env::temp_dir()`, so the test gives it a private
+/// TMPDIR, which must be empty afterwards: the host's own /tmp, where other programs (and
+/// other forkprofs) come and go, is not looked at.
 #[test]
 fn nothing_world_writable_is_left_behind() {
     let _kernel = shared();
     needs_root!();
     use std::os::unix::fs::PermissionsExt as _;
-    let tmp = std::env::temp_dir();
-    let listing = || -> std::collections::BTreeSet<std::path::PathBuf> {
-        std::fs::read_dir(&tmp)
-            .unwrap()
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect()
-    };
-    let before = listing();
     let dir = tempdir();
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
     let db = dir.join("w.db");
     let out = Command::new(forkprof())
         .args(["bench", "--iterations", "20", "--rows", "fork+_exit static"])
+        .env("TMPDIR", &tmp)
         .output()
         .unwrap();
     assert!(
@@ -589,10 +588,21 @@ fn nothing_world_writable_is_left_behind() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = run_traced_with(&["-o", db.to_str().unwrap()], &["true"], |_| {});
+    let run = run_traced_with(&["-o", db.to_str().unwrap()], &["true"], |c| {
+        c.env("TMPDIR", &tmp);
+    });
     assert_eq!(run.code(), 0);
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "forkprof left {left:?} in its TMPDIR");
     for entry in std::fs::read_dir(&dir).unwrap() {
-        let meta = entry.unwrap().metadata().unwrap();
+        let entry = entry.unwrap();
+        if entry.path() == tmp {
+            continue;
+        }
+        let meta = entry.metadata().unwrap();
         assert_eq!(
             meta.permissions().mode() & 0o022,
             0,
@@ -600,23 +610,6 @@ fn nothing_world_writable_is_left_behind() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
-    // The other tests of this binary, running alongside, have their own temp dirs there.
-    let ours = format!("forkprof-test-{}-", std::process::id());
-    let left: Vec<_> = listing()
-        .difference(&before)
-        .filter(|p| {
-            p.file_name().is_some_and(|n| {
-                let n = n.to_string_lossy();
-                n.starts_with("forkprof") && !n.starts_with(&ours)
-            })
-        })
-        .cloned()
-        .collect();
-    assert!(
-        left.is_empty(),
-        "forkprof left {left:?} in {}",
-        tmp.display()
-    );
 }
 
 /// `forkprof bench` stopped by a signal removes its working directory and exits 128 + N.

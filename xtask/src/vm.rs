@@ -337,7 +337,6 @@ fn find_vmlinuz(dir: &Path) -> Option<PathBuf> {
     None
 }
 
-/// A cpio (newc, gzip) archive: busybox, /init, the binaries under /fp and their libraries.
 /// Builds the `HOST_TESTS` binaries and returns each one's name and path.
 fn build_host_tests() -> Result<Vec<(&'static str, PathBuf)>> {
     let mut cargo = Command::new("cargo");
@@ -365,6 +364,8 @@ fn build_host_tests() -> Result<Vec<(&'static str, PathBuf)>> {
         .collect()
 }
 
+/// A cpio (newc, gzip) archive: busybox, /init, the binaries under /fp and their libraries,
+/// and the host test binaries `host_tests` under /fp/deps.
 fn build_initramfs(dir: &Path, host_tests: &[(&str, PathBuf)]) -> Result<PathBuf> {
     let stage = dir.join("initramfs");
     if stage.exists() {

@@ -64,13 +64,26 @@ fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
     wait_unloaded();
 }
 
+/// The fields of `/proc/PID/stat` after the command name (state first), if process `pid`
+/// exists and has not exited (a zombie has).
+fn live_stat(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold any byte.
+    let rest: Vec<String> = stat
+        .rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    match rest.first().map(String::as_str) {
+        Some("Z" | "X") | None => None,
+        Some(_) => Some(rest),
+    }
+}
+
 /// Whether process `pid` exists and has not exited (a zombie has).
 fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // The state follows the command name, which is in parentheses and may hold any byte.
-        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-        !matches!(state.and_then(|s| s.chars().next()), Some('Z' | 'X') | None)
-    })
+    u32::try_from(pid).is_ok_and(|pid| live_stat(pid).is_some())
 }
 
 /// SIGKILLs process `pid` when dropped, so that a failed test leaves nothing running.
@@ -669,15 +682,8 @@ fn run_exits_with_the_commands_status_when_its_report_pipe_is_closed() {
 /// When process `pid` started (`/proc/PID/stat`'s `starttime`, in clock ticks since boot),
 /// if it is alive and not a zombie.
 fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses and may hold any byte:
-    // state is the 3rd field of the line, starttime the 22nd.
-    let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
-    let state = rest.next()?;
-    if matches!(state, "Z" | "X") {
-        return None;
-    }
-    rest.nth(18)?.parse().ok()
+    // state is the line's 3rd field, starttime its 22nd.
+    live_stat(pid)?.get(19)?.parse().ok()
 }
 
 /// Live processes that started at `since` (clock ticks since boot) or later, other than

@@ -13,18 +13,6 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len() as f64
 }
 
-/// |a - b| <= max(rel * b, abs_ns)
-fn assert_close(what: &str, measured: f64, truth: f64, rel: f64, abs_ns: f64) {
-    let tol = (rel * truth).max(abs_ns);
-    assert!(
-        (measured - truth).abs() <= tol,
-        "{what}: forkprof {:.1} us vs ground truth {:.1} us (tolerance {:.1} us)",
-        measured / 1e3,
-        truth / 1e3,
-        tol / 1e3
-    );
-}
-
 fn phase(p: &Value, name: &str) -> Option<f64> {
     p["phases"][name].as_u64().map(|v| v as f64)
 }

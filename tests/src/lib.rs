@@ -591,6 +591,40 @@ pub const SYSCALL_FUNCTION_HOOKS: usize = 28;
 pub const SYSCALL_FUNCTIONS_SOURCE: &str = "fentry/fexit __x64_sys_*";
 pub const SYSCALL_TRACEPOINTS_SOURCE: &str = "tp_btf sys_enter + tp_btf sys_exit";
 
+/// Whether the syscalls job is attached by the source that a recording's `sources` name
+/// (`forkprof report --format json`'s `sources`), and by that one only: the `sys_enter` and
+/// `sys_exit` tracepoints (`tracepoints`, from `attached_tracepoints`) and fewer than
+/// `SYSCALL_FUNCTION_HOOKS` new fentry/fexit links, or `SYSCALL_FUNCTION_HOOKS` more links
+/// (`trampolines`, of which `before` were there already) and neither tracepoint. `Err` says
+/// what was found.
+pub fn syscalls_attached(
+    sources: &Value,
+    tracepoints: &[String],
+    trampolines: usize,
+    before: usize,
+) -> Result<(), String> {
+    let exec = sources["exec"].as_str().unwrap_or("");
+    let by_tracepoints = ["sys_enter", "sys_exit"].map(|h| tracepoints.iter().any(|t| t == h));
+    let by_functions = trampolines >= before + SYSCALL_FUNCTION_HOOKS;
+    let want_tracepoints = if exec.contains(SYSCALL_TRACEPOINTS_SOURCE) {
+        true
+    } else if exec.contains(SYSCALL_FUNCTIONS_SOURCE) {
+        false
+    } else {
+        return Err(format!(
+            "the recording names no syscalls source: exec from {exec:?}"
+        ));
+    };
+    if by_tracepoints == [want_tracepoints; 2] && by_functions != want_tracepoints {
+        return Ok(());
+    }
+    Err(format!(
+        "exec from {exec:?}, but sys_enter/sys_exit attached {by_tracepoints:?} ({tracepoints:?}) \
+         and {trampolines} fentry/fexit links, {before} before ({SYSCALL_FUNCTION_HOOKS} more \
+         is the syscall functions' source)"
+    ))
+}
+
 /// The `sources` of recording `db` (`forkprof report --format json`): for each phase, the
 /// hooks that measured it.
 pub fn recorded_sources(db: &Path) -> Value {
@@ -890,4 +924,36 @@ pub fn open_window_counters(id: &str) -> Option<Vec<u64>> {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sources(exec: &str) -> Value {
+        serde_json::json!({ "exec": exec })
+    }
+
+    fn hooks(names: &[&str]) -> Vec<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn syscalls_attached_wants_the_named_source_and_only_it() {
+        let tp = sources(&format!("{SYSCALL_TRACEPOINTS_SOURCE}: execve"));
+        let fns = sources(&format!("{SYSCALL_FUNCTIONS_SOURCE}: execve"));
+        let both = hooks(&["task_newtask", "sys_enter", "sys_exit"]);
+        let none = hooks(&["task_newtask"]);
+        let n = SYSCALL_FUNCTION_HOOKS;
+        assert_eq!(syscalls_attached(&tp, &both, 1, 1), Ok(()));
+        assert_eq!(syscalls_attached(&fns, &none, n + 1, 1), Ok(()));
+        // The named source missing, in part or whole.
+        assert!(syscalls_attached(&tp, &hooks(&["sys_enter"]), 1, 1).is_err());
+        assert!(syscalls_attached(&fns, &none, n, 1).is_err());
+        // The other source attached as well.
+        assert!(syscalls_attached(&tp, &both, n + 1, 1).is_err());
+        assert!(syscalls_attached(&fns, &both, n + 1, 1).is_err());
+        // A recording that names neither.
+        assert!(syscalls_attached(&sources("?"), &both, 0, 0).is_err());
+    }
 }

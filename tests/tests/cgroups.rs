@@ -12,9 +12,8 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use forkprof_tests::{
-    Groups, HOT_TRACEPOINTS, SYSCALL_FUNCTION_HOOKS, SYSCALL_FUNCTIONS_SOURCE,
-    SYSCALL_TRACEPOINTS_SOURCE, attached_tracepoints, attached_trampolines, forkprof, in_group,
-    needs_root, recorded_sources, succeeded, tempdir, workload,
+    Groups, HOT_TRACEPOINTS, attached_tracepoints, attached_trampolines, forkprof, in_group,
+    needs_root, recorded_sources, succeeded, syscalls_attached, tempdir, workload,
 };
 use serde_json::Value;
 
@@ -37,35 +36,6 @@ fn report(db: &Path, by: &str) -> Vec<(String, u64)> {
             )
         })
         .collect()
-}
-
-/// The syscalls job is attached, by the source that the recording's `sources` name: the
-/// `sys_enter` and `sys_exit` tracepoints (in `tracepoints`), or the syscall functions'
-/// fentry/fexit links (`trampolines`, of which `before` were there already).
-fn assert_syscalls_attached(
-    sources: &Value,
-    tracepoints: &[String],
-    trampolines: usize,
-    before: usize,
-) {
-    let exec = sources["exec"].as_str().unwrap_or("");
-    if exec.contains(SYSCALL_TRACEPOINTS_SOURCE) {
-        for hook in ["sys_enter", "sys_exit"] {
-            assert!(
-                tracepoints.iter().any(|t| t == hook),
-                "{hook}: {tracepoints:?}"
-            );
-        }
-    } else {
-        assert!(
-            exec.contains(SYSCALL_FUNCTIONS_SOURCE),
-            "exec from {exec:?}"
-        );
-        assert!(
-            trampolines >= before + SYSCALL_FUNCTION_HOOKS,
-            "{trampolines} fentry/fexit links, {before} before: want {SYSCALL_FUNCTION_HOOKS} more"
-        );
-    }
 }
 
 fn count(rows: &[(String, u64)], group: &str) -> Option<u64> {
@@ -264,7 +234,7 @@ fn record_cgroup_of_the_root_records_everything() {
     assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
     assert_eq!(rec.wait().unwrap().code(), Some(0));
     // The syscalls job was attached from the start, by whichever source this kernel allows.
-    assert_syscalls_attached(&recorded_sources(&db), &hooks, trampolines, 0);
+    syscalls_attached(&recorded_sources(&db), &hooks, trampolines, 0).unwrap();
     let binaries = report(&db, "binary");
     assert!(
         count(&binaries, "/bin/true").unwrap_or(0) >= 5,
@@ -325,7 +295,7 @@ fn record_cgroup_of_an_empty_group_attaches_its_hot_hooks_once_it_has_a_process(
     // Armed: the hot hooks of the sources this kernel allows, which the recording names. The
     // mmap-lock pair is only there where no better source of pagetable_copy is.
     let sources = recorded_sources(&db);
-    assert_syscalls_attached(&sources, &armed, armed_trampolines, idle_trampolines);
+    syscalls_attached(&sources, &armed, armed_trampolines, idle_trampolines).unwrap();
     let cow = sources["cow_faults"].as_str().unwrap_or("");
     assert_eq!(
         armed.iter().any(|t| t == "page_fault_user"),

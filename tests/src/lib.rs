@@ -4,6 +4,7 @@
 //! Rust's test harness has no runtime skip), so that a plain `cargo test` works anywhere.
 //! `cargo xtask test` runs them as root and sets `FORKPROF_REQUIRE_ROOT=1`: there a missing
 //! root fails the test, so CI never skips silently.
+use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -188,25 +189,65 @@ pub fn tempdir() -> PathBuf {
     dir
 }
 
-/// How many of forkprof's programs are loaded in the kernel now (bpftool).
-pub fn programs_loaded() -> usize {
+/// The ids of the BPF programs named `forkprof_*` loaded in the kernel now (bpftool), whoever
+/// loaded them.
+pub fn forkprof_programs() -> BTreeSet<u32> {
     let out = Command::new("bpftool")
-        .args(["prog", "show"])
+        .args(["prog", "show", "--json"])
         .output()
         .expect("bpftool");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("forkprof_"))
-        .count()
+    let progs: Value = serde_json::from_slice(&out.stdout).expect("bpftool prog show --json");
+    progs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("forkprof_"))
+        })
+        .filter_map(|p| p["id"].as_u64().map(|id| id as u32))
+        .collect()
 }
 
-/// Waits (up to 10 s) until no forkprof program is loaded, and fails the test otherwise.
-pub fn wait_unloaded() {
+/// The ids of the BPF programs that process `pid` holds now, through its program and link
+/// fds (their fdinfo's `prog_id:`): an agent's own programs, not another agent's.
+pub fn programs_of(pid: u32) -> BTreeSet<u32> {
+    fdinfo_values(pid, "prog_id:")
+        .iter()
+        .filter_map(|id| id.parse().ok())
+        .collect()
+}
+
+/// Waits (up to 10 s) until the kernel has freed every program in `ids` (from `programs_of`,
+/// taken while their agent ran), and fails the test otherwise. Programs of another forkprof,
+/// on the host or in a test running beside, do not count.
+pub fn wait_unloaded(ids: &BTreeSet<u32>) {
+    assert!(!ids.is_empty(), "no programs to wait for");
+    wait_until_freed(|id| ids.contains(&id));
+}
+
+/// Waits (up to 10 s) until every `forkprof_*` program loaded is one of `before` (from
+/// `forkprof_programs`, taken before the agent started), and fails the test otherwise. This
+/// also catches a program that its agent no longer held an fd to, but another agent started
+/// meanwhile counts too: for tests that hold the `exclusive` lock (tests/tests/hardening.rs).
+pub fn wait_unloaded_since(before: &BTreeSet<u32>) {
+    wait_until_freed(|id| !before.contains(&id));
+}
+
+fn wait_until_freed(ours: impl Fn(u32) -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while programs_loaded() > 0 {
+    loop {
+        let left: Vec<u32> = forkprof_programs()
+            .into_iter()
+            .filter(|&id| ours(id))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
         assert!(
             std::time::Instant::now() < deadline,
-            "forkprof programs still loaded"
+            "forkprof programs still loaded after 10 s: ids {left:?}"
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }

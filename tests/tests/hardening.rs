@@ -5,9 +5,9 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    Killed, forkprof, free_port, monitor, needs_root, open_window_counters, programs_loaded,
-    run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded, window_counters_map,
-    workload,
+    Killed, forkprof, forkprof_programs, free_port, monitor, needs_root, open_window_counters,
+    run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded_since,
+    window_counters_map, workload,
 };
 
 /// The tests that check that no forkprof program is left loaded take this exclusively:
@@ -46,6 +46,7 @@ fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
     let _kernel = exclusive();
     needs_root!();
     let w = workload();
+    let before = forkprof_programs();
     let out = Command::new(forkprof())
         .args(["run", "--"])
         .arg(&w)
@@ -61,7 +62,7 @@ fn a_panic_in_the_agent_is_one_line_and_leaves_nothing_loaded() {
         err.contains("internal error") && err.contains("FORKPROF_TEST_PANIC_AFTER"),
         "{err}"
     );
-    wait_unloaded();
+    wait_unloaded_since(&before);
 }
 
 /// The fields of `/proc/PID/stat` after the command name (state first), if process `pid`
@@ -100,6 +101,7 @@ impl Drop for KillOnDrop {
 fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
     let _kernel = exclusive();
     needs_root!();
+    let before = forkprof_programs();
     // Far longer than the test can take (wait_unloaded alone may wait 10 s): it must still be
     // running at the end, and is killed then.
     let mut fp = Command::new(forkprof())
@@ -117,7 +119,7 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
         running(sleeper),
         "the traced command must survive forkprof's SIGKILL"
     );
-    wait_unloaded();
+    wait_unloaded_since(&before);
     assert!(
         running(sleeper),
         "the traced command must survive forkprof's programs being unloaded"
@@ -506,6 +508,7 @@ fn a_lazy_run_keeps_up_with_a_spawn_storm() {
 fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
     let _kernel = exclusive();
     needs_root!();
+    let before = forkprof_programs();
     let dir = tempdir();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -523,18 +526,20 @@ fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
     ] {
         let mut fp = Command::new(forkprof())
             .args(&args)
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while programs_loaded() == 0 {
-            assert!(Instant::now() < deadline, "{args:?} never loaded");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // Its ready line comes once every program is loaded and attached.
+        // The pipe stays open (`said`) until the agent is killed.
+        let mut said = std::io::BufRead::lines(std::io::BufReader::new(fp.stderr.take().unwrap()));
+        let ready = said.by_ref().map_while(Result::ok).any(|l| {
+            l.starts_with("forkprof: recording") || l.starts_with("forkprof: serving metrics")
+        });
+        assert!(ready, "{args:?} never said it was ready");
         std::thread::sleep(Duration::from_millis(300));
         fp.kill().unwrap();
         fp.wait().unwrap();
-        wait_unloaded();
+        wait_unloaded_since(&before);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

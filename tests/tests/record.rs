@@ -355,13 +355,14 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
         .spawn()
         .unwrap();
     wait_until_recording(&mut rec);
+    let programs = forkprof_tests::programs_of(rec.id());
     let mut noise = Command::new("sh").args(["-c", &script]).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1500));
     rec.kill().unwrap();
     rec.wait().unwrap();
     noise.kill().unwrap();
     noise.wait().unwrap();
-    forkprof_tests::wait_unloaded();
+    forkprof_tests::wait_unloaded(&programs);
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
     let row = binary_row(&rep, &bin).expect("committed batches readable");

@@ -133,6 +133,9 @@ pub fn is_root() -> bool {
     output(Command::new("id").arg("-u")).trim() == "0"
 }
 
+/// The bpf-linker that `setup` installs (built against LLVM 22, the nightly's).
+const BPF_LINKER_VERSION: &str = "=0.13.0";
+
 pub fn setup() -> Result<()> {
     let toolchains = output(Command::new("rustup").args(["toolchain", "list"]));
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
@@ -210,15 +213,25 @@ pub fn setup() -> Result<()> {
     if !deb_ok {
         run(Command::new("cargo").args(["install", "cargo-deb", "--locked"]))?;
     }
+    // One version on every machine: the linker's LLVM passes shape the programs' code, and
+    // forkprof's benchmarks compare programs built on different days. Another version is
+    // replaced.
     let linker_ok = Command::new("bpf-linker")
         .arg("--version")
         .output()
-        .is_ok_and(|o| o.status.success());
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim()
+                    == format!("bpf-linker {}", BPF_LINKER_VERSION.trim_start_matches('='))
+        });
     if !linker_ok {
         run(Command::new("cargo")
             .args([
                 "install",
+                "--force",
                 "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
                 "--no-default-features",
                 "--features",
                 "llvm-22",

@@ -1,10 +1,9 @@
 #!/bin/bash
 # What every other syscall on the host pays while forkprof's hooks are attached: a loop of
-# bare getppid(2) calls (bench/syscall_loop.c), which forkprof never follows, timed bare and
-# under each mode, the modes alternating round by round. Where fentry is refused (as under
-# lockdown), the syscalls job hooks the sys_enter and sys_exit tracepoints, and then every
-# syscall of every task passes two programs, in `run` as in `monitor`. The rows:
-#   bare            the loop alone
+# bare getppid(2) calls (bench/syscall_loop.c), which forkprof never follows, timed under
+# each row and, just before it, bare. Where fentry is refused (as under lockdown), the
+# syscalls job hooks the sys_enter and sys_exit tracepoints, and then every syscall of
+# every task passes two programs while they are attached, in `run` as in `monitor`. Rows:
 #   run             forkprof run -- LOOP (the loop is the traced command)
 #   monitor         the loop beside forkprof monitor (trace-all mode)
 #   monitor-empty   the same with FORKPROF_BENCH_EMPTY=1: the hooks' floor
@@ -15,10 +14,10 @@
 #                   skip ia32 syscalls (docs/kernel-findings.md)
 #   bpftrace        bpftrace bench/phases.bt -c LOOP, the peer of `cargo xtask bench` (classic
 #                   syscall events, as classic-floor), where bpftrace is installed
-# Prints each row's median ns per call and the median of its difference from the same
-# round's bare loop.
+# Prints the bare loop's median ns per call, and for each row its median and the median of
+# its difference from the bare run just before it.
 # Usage (root): [ROUNDS=7] [FORKPROF=path/to/forkprof] bench/syscall-tax.sh [CALLS]
-set -eu
+set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/start-agent.sh"
 fp=${FORKPROF:-$root/target/release/forkprof}
@@ -26,8 +25,10 @@ calls=${1:-2000000}
 work=$(mktemp -d)
 tracefs=/sys/kernel/tracing
 mounted=
+agent=
 cleanup() {
-  [ -z "$mounted" ] || umount "$tracefs"
+  [ -z "$agent" ] || kill -INT "$agent" 2>/dev/null || true
+  [ -z "$mounted" ] || umount "$tracefs" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -38,7 +39,7 @@ if [ ! -d "$tracefs/events" ]; then
 fi
 loop=$work/syscall_loop
 gcc -O2 -o "$loop" "$root/bench/syscall_loop.c"
-measure() { # ROW: prints the loop's ns per call
+measure() { # ROW: the loop's ns per call, into $work/ns
   case $1 in
     bare) "$loop" "$calls" ;;
     run) "$fp" run -- "$loop" "$calls" 2>/dev/null ;;
@@ -48,30 +49,36 @@ measure() { # ROW: prints the loop's ns per call
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
         env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor --listen 127.0.0.1:0
       "$loop" "$calls"
-      kill -INT $agent; wait $agent || true ;;
+      kill -INT "$agent"; wait "$agent" || true; agent= ;;
     raw-floor) python3 "$root/bench/hook-floor.py" raw "$loop" "$calls" ;;
     classic-floor) python3 "$root/bench/hook-floor.py" classic "$loop" "$calls" ;;
     # The loop's line among bpftrace's own output.
-    bpftrace) bpftrace "$root/bench/phases.bt" -c "$loop $calls" 2>/dev/null | grep -m1 -E '^[0-9.]+$' ;;
-  esac
+    bpftrace)
+      bpftrace "$root/bench/phases.bt" -c "$loop $calls" > "$work/bpftrace.out" 2>/dev/null
+      grep -m1 -E '^[0-9.]+$' "$work/bpftrace.out" ;;
+  esac > "$work/ns"
+  grep -qE '^[0-9.]+$' "$work/ns" || { echo "syscall-tax: $1 measured nothing" >&2; exit 1; }
 }
-rows="bare run monitor monitor-empty raw-floor classic-floor"
+rows="run monitor monitor-empty raw-floor classic-floor"
 if command -v bpftrace > /dev/null; then rows="$rows bpftrace"; fi
 for round in $(seq "${ROUNDS:-7}"); do
   for row in $rows; do
-    echo "$round $row $(measure $row)" >> "$work/results"
+    measure bare
+    bare=$(cat "$work/ns")
+    measure "$row"
+    echo "$round $row $bare $(cat "$work/ns")" >> "$work/results"
   done
 done
 python3 - "$work/results" "$calls" <<'PY'
 import collections, statistics, sys
-by = collections.defaultdict(dict)
+rows, bare = collections.defaultdict(list), []
 for line in open(sys.argv[1]):
-    rnd, row, ns = line.split()
-    by[row][rnd] = float(ns)
-bare = by["bare"]
-print(f"{sys.argv[2]} getppid calls per measurement, {len(bare)} rounds")
-print(f"{'row':<15} {'ns per call':>12} {'above bare (median of rounds)':>31}")
-for row, rounds in by.items():
-    diff = statistics.median(rounds[r] - bare[r] for r in rounds)
-    print(f"{row:<15} {statistics.median(rounds.values()):12.1f} {diff:+31.1f}")
+    rnd, row, b, ns = line.split()
+    rows[row].append((float(b), float(ns)))
+    bare.append(float(b))
+print(f"{sys.argv[2]} getppid calls per measurement; the bare loop: median {statistics.median(bare):.1f} ns per call")
+print(f"{'row':<15} {'ns per call':>12} {'above the bare run before it (median)':>39}")
+for row, pairs in rows.items():
+    diff = statistics.median(ns - b for b, ns in pairs)
+    print(f"{row:<15} {statistics.median(ns for _, ns in pairs):12.1f} {diff:+39.1f}")
 PY

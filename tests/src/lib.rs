@@ -221,7 +221,8 @@ pub fn programs_of(pid: u32) -> BTreeSet<u32> {
 
 /// Waits (up to 10 s) until the kernel has freed every program in `ids` (from `programs_of`,
 /// taken while their agent ran), and fails the test otherwise. Programs of another forkprof,
-/// on the host or in a test running beside, do not count.
+/// on the host or in a test running beside, do not count; nor does a program the agent no
+/// longer held an fd to (`wait_unloaded_since` sees those, under a lock).
 pub fn wait_unloaded(ids: &BTreeSet<u32>) {
     assert!(!ids.is_empty(), "no programs to wait for");
     wait_until_freed(|id| ids.contains(&id));

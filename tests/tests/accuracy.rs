@@ -77,9 +77,11 @@ fn workload_calls<'a>(run: &Run, children: &[&'a Value]) -> Vec<(&'a Value, f64)
 /// kernel's entry up to the first hook and its return after the last one. That is a few µs,
 /// even with forkprof's own hooks on the way. A child that runs first on the parent's CPU
 /// and exits (fork-raw) or execs, before the parent is back to read its clock, adds tens of
-/// µs to that call; the median of the residue leaves such calls out while they are fewer
-/// than half. So the median residue must be under `RESIDUE_NS`: a span that missed a part
-/// of the syscall larger than its entry and return fails.
+/// µs to that call, which a scheduler may do often where the two share a CPU (pinned to one
+/// CPU here, it did not: a median residue of 1.4 µs). The lower quartile of the
+/// residue leaves such calls out while they are fewer than three in four, and a span that
+/// missed a part of the syscall larger than its entry and return raises every call's
+/// residue. So the lower quartile must be under `RESIDUE_NS`.
 #[test]
 fn fork_latency_matches_the_parents_own_timing() {
     needs_root!();
@@ -105,18 +107,19 @@ fn fork_latency_matches_the_parents_own_timing() {
             truths.push(truth);
             residues.push(residue_around(method, p, span, truth));
         }
-        let residue = median(&residues);
+        let residue = quantile(&residues, 0.25);
         eprintln!(
-            "{method}: the parent's own timing, median {:.1} us; its residue over forkprof's span, median {:.1} us (max {:.1}, {} of 200 above {:.0} us)",
+            "{method}: the parent's own timing, median {:.1} us; its residue over forkprof's span, lower quartile {:.1} us, median {:.1} (max {:.1}, {} of 200 above {:.0} us)",
             median(&truths) / 1e3,
             residue / 1e3,
+            median(&residues) / 1e3,
             residues.iter().copied().fold(0.0, f64::max) / 1e3,
             residues.iter().filter(|&&r| r > RESIDUE_NS).count(),
             RESIDUE_NS / 1e3
         );
         assert!(
             residue <= RESIDUE_NS,
-            "{method}: median of the parent's time - forkprof's span {:.1} us > {:.1} us",
+            "{method}: lower quartile of the parent's time - forkprof's span {:.1} us > {:.1} us",
             residue / 1e3,
             RESIDUE_NS / 1e3
         );
@@ -607,9 +610,14 @@ fn shared_libraries(fx: &Fixtures, binary: &str) -> usize {
 }
 
 fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The value below which a fraction `q` of `v` lies (the element at rank `q * len`).
+fn quantile(v: &[f64], q: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
 }
 
 /// The phase's value in every process that ran `binary`.

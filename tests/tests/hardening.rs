@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use forkprof_tests::{
     Killed, forkprof, forkprof_programs, free_port, monitor, needs_root, open_window_counters,
-    run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded_since,
+    programs_of, run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded_since,
     window_counters_map, workload,
 };
 
@@ -102,8 +102,8 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
     let _kernel = exclusive();
     needs_root!();
     let before = forkprof_programs();
-    // Far longer than the test can take (wait_unloaded alone may wait 10 s): it must still be
-    // running at the end, and is killed then.
+    // Far longer than the test can take (wait_unloaded_since alone may wait 10 s): it must
+    // still be running at the end, and is killed then.
     let mut fp = Command::new(forkprof())
         .args(["run", "--", "sleep", "600"])
         .stderr(Stdio::null())
@@ -113,6 +113,8 @@ fn sigkill_of_run_leaves_the_command_running_and_the_kernel_clean() {
         .parse()
         .unwrap();
     let _sleeper = KillOnDrop(sleeper);
+    // `run` has attached its programs before it starts the command.
+    assert!(!programs_of(fp.id()).is_empty(), "run holds no programs");
     fp.kill().unwrap();
     fp.wait().unwrap();
     assert!(
@@ -529,13 +531,31 @@ fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Its ready line comes once every program is loaded and attached.
-        // The pipe stays open (`said`) until the agent is killed.
-        let mut said = std::io::BufRead::lines(std::io::BufReader::new(fp.stderr.take().unwrap()));
-        let ready = said.by_ref().map_while(Result::ok).any(|l| {
-            l.starts_with("forkprof: recording") || l.starts_with("forkprof: serving metrics")
+        // Its ready line comes once every program is loaded and attached. A thread reads its
+        // stderr to the end, so that the pipe stays open until the agent is killed.
+        let stderr = fp.stderr.take().unwrap();
+        let (tx, said) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
         });
-        assert!(ready, "{args:?} never said it was ready");
+        let mut lines = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !lines.iter().any(|l: &String| {
+            l.starts_with("forkprof: recording") || l.starts_with("forkprof: serving metrics")
+        }) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match said.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(_) => panic!("{args:?} never said it was ready: {lines:?}"),
+            }
+        }
+        assert!(
+            !programs_of(fp.id()).is_empty(),
+            "{args:?} holds no programs"
+        );
         std::thread::sleep(Duration::from_millis(300));
         fp.kill().unwrap();
         fp.wait().unwrap();

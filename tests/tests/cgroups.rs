@@ -115,7 +115,13 @@ fn each_cgroup_counts_its_own_spawns_and_a_move_counts_where_it_execd() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Starts `forkprof record --cgroup GROUP -o DB`, and waits (up to 30 s) until it says that
+/// How long a `record --cgroup` may take to say it is ready or armed. A ready agent says so
+/// at once; the bound only ends a test that would never pass. Loading and attaching every
+/// program takes seconds on the test VM, but took over 30 s in a qemu guest under TCG
+/// (`cargo xtask vm-test` runs this file there) on a slow host.
+const READY: Duration = Duration::from_secs(120);
+
+/// Starts `forkprof record --cgroup GROUP -o DB`, and waits (up to `READY`) until it says that
 /// tracing has started. Returns it with the rest of its stderr, line by line.
 fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
     let mut rec = Command::new(forkprof())
@@ -136,7 +142,7 @@ fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
     });
     let mut said = Vec::new();
     loop {
-        match rx.recv_timeout(Duration::from_secs(30)) {
+        match rx.recv_timeout(READY) {
             Ok(line) if line.starts_with("forkprof: recording") => {
                 assert!(line.contains(group), "{line}");
                 return (rec, rx);
@@ -147,12 +153,12 @@ fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
     }
 }
 
-/// Waits (up to 30 s) until `record --cgroup` says, on `stderr`, that its group's hot hooks
+/// Waits (up to `READY`) until `record --cgroup` says, on `stderr`, that its group's hot hooks
 /// are attached.
 fn wait_armed(stderr: &Receiver<String>) {
     let mut said = Vec::new();
     loop {
-        match stderr.recv_timeout(Duration::from_secs(30)) {
+        match stderr.recv_timeout(READY) {
             Ok(line) if line.contains("hooks are attached now") => return,
             Ok(line) => said.push(line),
             Err(_) => panic!("the hooks were not attached: {said:?}"),

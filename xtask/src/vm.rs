@@ -48,9 +48,9 @@ const KERNELS: &[Kernel] = &[
 ];
 
 /// fp-vmcheck is killed after this long inside the guest ...
-const GUEST_GUARD_S: u64 = 13 * 60;
+const GUEST_GUARD_S: u64 = 18 * 60;
 /// ... and qemu after this long, so that the guard fires first and its output is seen.
-const VM_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+const VM_TIMEOUT: Duration = Duration::from_secs(20 * 60);
 /// The workspace binaries the guest runs, from target/debug.
 const BINS: &[&str] = &["forkprof", "fp-workload", "fp-vmcheck"];
 /// Host test files (tests/tests/NAME.rs) whose binaries the guest runs whole, from its

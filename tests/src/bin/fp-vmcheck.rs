@@ -85,6 +85,15 @@ fn clip(s: &str, max: usize) -> String {
 
 /// Runs `args` with stdout and stderr in files (no pipe to fill), killed after `TIMEOUT`.
 fn exec(args: &[&str]) -> Ran {
+    exec_within(args, TIMEOUT)
+}
+
+/// A host test binary's bound: its tests run one after another, and each starts agents,
+/// which under TCG on a slow host took over 30 s to start (`host_tests_pass`).
+const HOST_TESTS_TIMEOUT: Duration = Duration::from_secs(480);
+
+/// `exec`, killed after `limit`.
+fn exec_within(args: &[&str], limit: Duration) -> Ran {
     let ran = |code, what: String| Ran {
         code,
         what,
@@ -116,10 +125,10 @@ fn exec(args: &[&str]) -> Ran {
                 };
                 return ran(code, what);
             }
-            Ok(None) if start.elapsed() > TIMEOUT => {
+            Ok(None) if start.elapsed() > limit => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return ran(None, format!("timed out after {}s", TIMEOUT.as_secs()));
+                return ran(None, format!("timed out after {}s", limit.as_secs()));
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => return ran(None, format!("wait failed: {e}")),
@@ -903,7 +912,7 @@ fn guest() -> i32 {
 /// passes when every test passes, and at least one ran.
 fn host_tests_pass(path: &std::path::Path) -> Result<String, String> {
     let path = path.to_string_lossy();
-    let ran = exec(&[&path, "--test-threads", "1"]);
+    let ran = exec_within(&[&path, "--test-threads", "1"], HOST_TESTS_TIMEOUT);
     let out = format!("{}\n{}", ran.stdout, ran.stderr);
     let result = out
         .lines()

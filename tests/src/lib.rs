@@ -282,14 +282,21 @@ pub fn succeeded(out: &Output) {
 /// next is traced whatever the machine's speed. Its stderr is drained from then on, in a
 /// thread, so the pipe never fills.
 pub fn wait_until_recording(child: &mut std::process::Child) {
+    wait_until_ready(child, "forkprof: recording");
+}
+
+/// `wait_until_recording` for any agent: until a line of its stderr starts with `ready`
+/// (`record`'s "forkprof: recording", `monitor`'s "forkprof: serving metrics"), which it
+/// prints once every program is loaded and attached.
+pub fn wait_until_ready(child: &mut std::process::Child, ready: &'static str) {
     use std::io::BufRead as _;
-    let stderr = child.stderr.take().expect("record's stderr is piped");
+    let stderr = child.stderr.take().expect("the agent's stderr is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut said = Vec::new();
         for line in std::io::BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if line.starts_with("forkprof: recording") {
+            if line.starts_with(ready) {
                 let _ = tx.send(Ok(()));
             } else {
                 said.push(line);
@@ -299,8 +306,8 @@ pub fn wait_until_recording(child: &mut std::process::Child) {
     });
     match rx.recv_timeout(std::time::Duration::from_secs(30)) {
         Ok(Ok(())) => {}
-        Ok(Err(said)) => panic!("forkprof record ended before tracing: {said}"),
-        Err(_) => panic!("forkprof record did not start tracing within 30 s"),
+        Ok(Err(said)) => panic!("the agent ended before saying {ready:?}: {said}"),
+        Err(_) => panic!("the agent did not say {ready:?} within 30 s"),
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use forkprof_tests::{
     Killed, forkprof, forkprof_programs, free_port, monitor, needs_root, open_window_counters,
     programs_of, run_traced, run_traced_with, scrape, tempdir, wait_for, wait_unloaded_since,
-    window_counters_map, workload,
+    wait_until_ready, window_counters_map, workload,
 };
 
 /// The tests that check that no forkprof program is left loaded take this exclusively:
@@ -531,27 +531,12 @@ fn sigkill_of_monitor_and_record_leaves_the_kernel_clean() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Its ready line comes once every program is loaded and attached. A thread reads its
-        // stderr to the end, so that the pipe stays open until the agent is killed.
-        let stderr = fp.stderr.take().unwrap();
-        let (tx, said) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let mut lines = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !lines.iter().any(|l: &String| {
-            l.starts_with("forkprof: recording") || l.starts_with("forkprof: serving metrics")
-        }) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match said.recv_timeout(left) {
-                Ok(line) => lines.push(line),
-                Err(_) => panic!("{args:?} never said it was ready: {lines:?}"),
-            }
-        }
+        let ready = if args[0] == "monitor" {
+            "forkprof: serving metrics"
+        } else {
+            "forkprof: recording"
+        };
+        wait_until_ready(&mut fp, ready);
         assert!(
             !programs_of(fp.id()).is_empty(),
             "{args:?} holds no programs"

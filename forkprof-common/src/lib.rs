@@ -81,7 +81,11 @@ pub mod stat {
     pub const STATE_MAP_FULL: u32 = 1;
     /// Exits whose parent notification was never seen (teardown unmeasured), sent at free.
     pub const EXIT_WITHOUT_NOTIFY: u32 = 2;
-    pub const COUNT: u32 = 3;
+    /// Fork-family syscalls and successful execs of followed processes that the syscall
+    /// hooks in use did not see: a 32-bit process's, with `--no-ia32-syscalls` (the classic
+    /// syscall events skip ia32 syscalls). Counted at task_newtask and sched_process_exec.
+    pub const IA32_UNSEEN: u32 = 3;
+    pub const COUNT: u32 = 4;
 }
 
 /// Slots of `PROC_SLOTS`, the direct-mapped array of traced processes (a power of two: the

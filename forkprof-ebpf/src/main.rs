@@ -17,10 +17,12 @@ use forkprof_common::nr;
 use probes::syscalls::Abi;
 
 use aya_ebpf::{
-    macros::{btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, uprobe},
+    macros::{
+        btf_tracepoint, fentry, fexit, kprobe, kretprobe, raw_tracepoint, tracepoint, uprobe,
+    },
     programs::{
         BtfTracePointContext, FEntryContext, FExitContext, ProbeContext, RawTracePointContext,
-        RetProbeContext,
+        RetProbeContext, TracePointContext,
     },
 };
 
@@ -57,7 +59,7 @@ macro_rules! syscall_entry {
             if maps::bench_empty() {
                 return 0;
             }
-            probes::syscalls::on_enter_of(maps::BtfPtr::new(ctx.arg(0)), $nr);
+            probes::syscalls::on_enter_of(|| maps::BtfPtr::new(ctx.arg(0)), $nr);
             0
         }
     };
@@ -154,6 +156,80 @@ syscall_return!(
 syscall_entry!(
     forkprof_ia32_exit_group_entry,
     "__ia32_sys_exit_group",
+    nr::EXIT_GROUP
+);
+
+// The classic per-syscall events (`syscalls:sys_enter_NAME`), with `--no-ia32-syscalls`
+// where trampolines are refused: every syscall still takes the slow path, but the kernel
+// runs a program only for the syscalls named, where sys_enter and sys_exit run two for every
+// syscall of every task. They never fire for an ia32 syscall (x86's
+// `ARCH_TRACE_IGNORE_COMPAT_SYSCALLS`): task_newtask and sched_process_exec count what a
+// 32-bit process spawned unseen (`stat::IA32_UNSEEN`).
+
+/// A classic event at a syscall's entry.
+macro_rules! syscall_event_entry {
+    ($program:ident, $event:tt, $nr:expr) => {
+        #[tracepoint(category = "syscalls", name = $event)]
+        pub fn $program(_ctx: TracePointContext) -> u32 {
+            if maps::bench_empty() {
+                return 0;
+            }
+            probes::syscalls::on_event_entry($nr);
+            0
+        }
+    };
+}
+
+/// A classic event at a syscall's return.
+macro_rules! syscall_event_return {
+    ($program:ident, $event:tt, $nr:expr) => {
+        #[tracepoint(category = "syscalls", name = $event)]
+        pub fn $program(ctx: TracePointContext) -> u32 {
+            if maps::bench_empty() {
+                return 0;
+            }
+            probes::syscalls::on_event_return(&ctx, $nr);
+            0
+        }
+    };
+}
+
+syscall_event_entry!(forkprof_ev_clone_entry, "sys_enter_clone", nr::CLONE);
+syscall_event_return!(forkprof_ev_clone_return, "sys_exit_clone", nr::CLONE);
+syscall_event_entry!(forkprof_ev_clone3_entry, "sys_enter_clone3", nr::CLONE3);
+syscall_event_return!(forkprof_ev_clone3_return, "sys_exit_clone3", nr::CLONE3);
+syscall_event_entry!(forkprof_ev_fork_entry, "sys_enter_fork", nr::FORK);
+syscall_event_return!(forkprof_ev_fork_return, "sys_exit_fork", nr::FORK);
+syscall_event_entry!(forkprof_ev_vfork_entry, "sys_enter_vfork", nr::VFORK);
+syscall_event_return!(forkprof_ev_vfork_return, "sys_exit_vfork", nr::VFORK);
+syscall_event_entry!(forkprof_ev_execve_entry, "sys_enter_execve", nr::EXECVE);
+syscall_event_return!(forkprof_ev_execve_return, "sys_exit_execve", nr::EXECVE);
+syscall_event_entry!(
+    forkprof_ev_execveat_entry,
+    "sys_enter_execveat",
+    nr::EXECVEAT
+);
+syscall_event_return!(
+    forkprof_ev_execveat_return,
+    "sys_exit_execveat",
+    nr::EXECVEAT
+);
+syscall_event_entry!(forkprof_ev_access_entry, "sys_enter_access", nr::ACCESS);
+syscall_event_entry!(forkprof_ev_openat_entry, "sys_enter_openat", nr::OPENAT);
+syscall_event_entry!(
+    forkprof_ev_arch_prctl_entry,
+    "sys_enter_arch_prctl",
+    nr::ARCH_PRCTL
+);
+syscall_event_entry!(forkprof_ev_munmap_entry, "sys_enter_munmap", nr::MUNMAP);
+syscall_event_entry!(
+    forkprof_ev_mprotect_entry,
+    "sys_enter_mprotect",
+    nr::MPROTECT
+);
+syscall_event_entry!(
+    forkprof_ev_exit_group_entry,
+    "sys_enter_exit_group",
     nr::EXIT_GROUP
 );
 

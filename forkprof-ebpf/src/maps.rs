@@ -23,6 +23,14 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 #[map]
 pub static PROC_SLOTS: Array<ProcState> = Array::with_max_entries(PROC_SLOT_COUNT, 0);
 
+/// Slot 0 is 1 when the syscall hooks in use are the classic per-syscall events
+/// (`--no-ia32-syscalls`, where trampolines are refused), which never fire for an ia32
+/// syscall: task_newtask and sched_process_exec then count a 32-bit process's spawns
+/// (`stat::IA32_UNSEEN`). Set by the agent once it knows which hooks attached, before any
+/// process is followed; read once per spawn.
+#[map]
+pub static IA32_UNSEEN: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Traced processes whose slot in `PROC_SLOTS` another live process holds, by tgid.
 #[map]
 pub static PROCS_SPILL: HashMap<u32, ProcState> = HashMap::with_max_entries(32768, 0);
@@ -176,6 +184,32 @@ pub fn submit_flags() -> u64 {
     } else {
         BPF_RB_NO_WAKEUP
     }
+}
+
+/// Whether the syscall hooks in use skip ia32 syscalls (`IA32_UNSEEN`).
+#[inline(always)]
+pub fn ia32_unseen() -> bool {
+    IA32_UNSEEN.get(0).is_some_and(|a| *a != 0)
+}
+
+/// Counts a spawn of process `tgid` that the syscall hooks did not see (`stat::IA32_UNSEEN`),
+/// if the process is one forkprof follows or would follow.
+#[inline(always)]
+pub fn count_unseen(tgid: u32) {
+    if (trace_all() && in_scope()) || proc_of(tgid).is_some() {
+        count_lost(stat::IA32_UNSEEN);
+    }
+}
+
+/// The current task's `pt_regs` (its user registers at the syscall's entry), typed, for a
+/// program whose context does not hold them (a classic syscall event's).
+#[inline(always)]
+pub fn current_regs() -> BtfPtr {
+    // SAFETY: helpers without preconditions; `bpf_task_pt_regs` takes the BTF task pointer
+    // `bpf_get_current_task_btf` returns.
+    BtfPtr(unsafe {
+        generated::bpf_task_pt_regs(generated::bpf_get_current_task_btf().cast()) as *const u8
+    })
 }
 
 /// Whether the agent has attached every program (`ATTACHED`).

@@ -134,6 +134,8 @@ pub struct TopArgs {
     /// What a row is at start (the `g` key cycles them); also for the plain output.
     #[arg(long, value_enum, default_value_t = LiveGroupArg::Binary, value_name = "GROUPING")]
     pub by: LiveGroupArg,
+    #[command(flatten)]
+    pub hooks: HookArgs,
 }
 
 /// `top --by`: what a row of the live view is.
@@ -173,6 +175,8 @@ pub struct MonitorArgs {
     /// Filtered in the kernel: processes outside it cost one check per fork, exec and exit.
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<String>,
+    #[command(flatten)]
+    pub hooks: HookArgs,
 }
 
 #[derive(Args, Debug)]
@@ -188,6 +192,20 @@ pub struct RecordingArgs {
     /// Overwrite the recording file if it exists (otherwise forkprof refuses, exit 2).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub hooks: HookArgs,
+}
+
+/// Which hooks to trade for which cost.
+#[derive(Args, Debug)]
+pub struct HookArgs {
+    /// Where the kernel refuses trampolines (fentry), hook only the syscalls forkprof
+    /// follows (the `syscalls:sys_enter_*` events) rather than every syscall (sys_enter and
+    /// sys_exit): every other syscall on the machine then pays about half as much. But those
+    /// events skip 32-bit processes' syscalls: what 32-bit processes spawn is neither timed
+    /// nor followed, only counted (`ia32_unseen`). No effect where trampolines attach.
+    #[arg(long)]
+    pub no_ia32_syscalls: bool,
 }
 
 /// Why a command's report outputs (`flag`, path) may not be written: one is a file the

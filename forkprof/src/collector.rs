@@ -131,6 +131,7 @@ impl Collector {
                 state_map_full: sum(stat::STATE_MAP_FULL)?,
                 undecodable: self.undecodable,
                 recording_dropped: 0,
+                ia32_unseen: sum(stat::IA32_UNSEEN)?,
             },
             exits_without_notify: sum(stat::EXIT_WITHOUT_NOTIFY)?,
         })

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint},
+    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint, TracePoint},
 };
 use serde::Serialize;
 
@@ -35,6 +35,9 @@ pub enum Target {
     FExit(&'static str),
     KProbe(&'static str),
     KRetProbe(&'static str),
+    /// A classic syscall event, `syscalls:NAME` (`sys_enter_clone`): a perf tracepoint that
+    /// fires only for its syscall, and never for an ia32 one.
+    SyscallEvent(&'static str),
 }
 
 impl Target {
@@ -46,6 +49,7 @@ impl Target {
             Self::FExit(_) => "fexit",
             Self::KProbe(_) => "kprobe",
             Self::KRetProbe(_) => "kretprobe",
+            Self::SyscallEvent(_) => "tracepoint",
         }
     }
 
@@ -56,7 +60,8 @@ impl Target {
             | Self::FEntry(n)
             | Self::FExit(n)
             | Self::KProbe(n)
-            | Self::KRetProbe(n) => n,
+            | Self::KRetProbe(n)
+            | Self::SyscallEvent(n) => n,
         }
     }
 
@@ -65,9 +70,12 @@ impl Target {
         matches!(self, Self::FEntry(_) | Self::FExit(_))
     }
 
-    /// "tp_btf sys_enter"
+    /// "tp_btf sys_enter", "tracepoint syscalls:sys_enter_clone"
     pub fn label(self) -> String {
-        format!("{} {}", self.kind(), self.name())
+        match self {
+            Self::SyscallEvent(n) => format!("{} syscalls:{n}", self.kind()),
+            _ => format!("{} {}", self.kind(), self.name()),
+        }
     }
 
     /// The label with the arguments a raw tracepoint program reads: "raw_tp
@@ -102,6 +110,9 @@ pub struct Source {
     /// Phases of its job that this source does not measure: "not measured", with the reasons
     /// the better sources failed, when it is the one used.
     pub lacks: &'static [Phase],
+    /// The option that asks for this source, which is tried only then: it trades something
+    /// away for a lower cost.
+    pub asked_by: Option<&'static str>,
 }
 
 /// What one group of hooks is for.
@@ -143,6 +154,7 @@ const fn one(hooks: &'static [Hook]) -> Source {
         label: None,
         note: None,
         lacks: &[],
+        asked_by: None,
     }
 }
 
@@ -227,6 +239,87 @@ const SYSCALL_FUNCTIONS: &[Hook] = &[
     ),
 ];
 
+/// The classic syscall events of the syscalls forkprof needs (`--no-ia32-syscalls`): where
+/// trampolines are refused, they cost every other syscall a third to two thirds of what
+/// sys_enter and sys_exit do, but they skip every ia32 syscall (docs/kernel-findings.md).
+const SYSCALL_EVENTS: &[Hook] = &[
+    hook(
+        "forkprof_ev_clone_entry",
+        Target::SyscallEvent("sys_enter_clone"),
+    ),
+    hook(
+        "forkprof_ev_clone_return",
+        Target::SyscallEvent("sys_exit_clone"),
+    ),
+    hook(
+        "forkprof_ev_clone3_entry",
+        Target::SyscallEvent("sys_enter_clone3"),
+    ),
+    hook(
+        "forkprof_ev_clone3_return",
+        Target::SyscallEvent("sys_exit_clone3"),
+    ),
+    hook(
+        "forkprof_ev_fork_entry",
+        Target::SyscallEvent("sys_enter_fork"),
+    ),
+    hook(
+        "forkprof_ev_fork_return",
+        Target::SyscallEvent("sys_exit_fork"),
+    ),
+    hook(
+        "forkprof_ev_vfork_entry",
+        Target::SyscallEvent("sys_enter_vfork"),
+    ),
+    hook(
+        "forkprof_ev_vfork_return",
+        Target::SyscallEvent("sys_exit_vfork"),
+    ),
+    hook(
+        "forkprof_ev_execve_entry",
+        Target::SyscallEvent("sys_enter_execve"),
+    ),
+    hook(
+        "forkprof_ev_execve_return",
+        Target::SyscallEvent("sys_exit_execve"),
+    ),
+    hook(
+        "forkprof_ev_execveat_entry",
+        Target::SyscallEvent("sys_enter_execveat"),
+    ),
+    hook(
+        "forkprof_ev_execveat_return",
+        Target::SyscallEvent("sys_exit_execveat"),
+    ),
+    hook(
+        "forkprof_ev_access_entry",
+        Target::SyscallEvent("sys_enter_access"),
+    ),
+    hook(
+        "forkprof_ev_openat_entry",
+        Target::SyscallEvent("sys_enter_openat"),
+    ),
+    hook(
+        "forkprof_ev_arch_prctl_entry",
+        Target::SyscallEvent("sys_enter_arch_prctl"),
+    ),
+    hook(
+        "forkprof_ev_munmap_entry",
+        Target::SyscallEvent("sys_enter_munmap"),
+    ),
+    hook(
+        "forkprof_ev_mprotect_entry",
+        Target::SyscallEvent("sys_enter_mprotect"),
+    ),
+    hook(
+        "forkprof_ev_exit_group_entry",
+        Target::SyscallEvent("sys_enter_exit_group"),
+    ),
+];
+
+/// The option that asks for the classic syscall events (`SYSCALL_EVENTS`).
+pub const NO_IA32_SYSCALLS: &str = "--no-ia32-syscalls";
+
 pub const JOBS: &[Job] = &[
     Job {
         name: "syscalls",
@@ -254,6 +347,17 @@ pub const JOBS: &[Job] = &[
                 label: Some("fentry/fexit __x64_sys_* + fexit schedule_tail"),
                 note: None,
                 lacks: &[],
+                asked_by: None,
+            },
+            // Asked for where the kernel refuses trampolines: each runs a program only for
+            // its syscall, where the two tracepoints below run one for every syscall of every
+            // task; but none fires for a 32-bit process's syscall.
+            Source {
+                hooks: SYSCALL_EVENTS,
+                label: Some("tracepoint syscalls:sys_{enter,exit}_*"),
+                note: Some("skips 32-bit processes' syscalls: --no-ia32-syscalls"),
+                lacks: &[],
+                asked_by: Some(NO_IA32_SYSCALLS),
             },
             one(&[
                 hook(
@@ -300,6 +404,7 @@ pub const JOBS: &[Job] = &[
                      follows exit_mm",
                 ),
                 lacks: &[],
+                asked_by: None,
             },
         ],
     },
@@ -398,6 +503,7 @@ pub const JOBS: &[Job] = &[
                 label: None,
                 note: Some("dup_mmap's write-locked span"),
                 lacks: &[],
+                asked_by: None,
             },
             Source {
                 hooks: &[
@@ -413,6 +519,7 @@ pub const JOBS: &[Job] = &[
                 label: None,
                 note: Some("dup_mmap's write-locked span"),
                 lacks: &[],
+                asked_by: None,
             },
             one(&[
                 hook(
@@ -466,6 +573,7 @@ pub const JOBS: &[Job] = &[
                 label: None,
                 note: Some("write faults on present pages, from user mode"),
                 lacks: &[Phase::CowFaultTime],
+                asked_by: None,
             },
         ],
     },
@@ -649,6 +757,9 @@ pub struct LoadOptions {
     pub defer_hot: bool,
     /// How promptly the agent will collect; the programs get its `wakeup_bytes`.
     pub pace: crate::collector::Pace,
+    /// `--no-ia32-syscalls`: where trampolines are refused, the classic syscall events
+    /// rather than sys_enter and sys_exit.
+    pub no_ia32_syscalls: bool,
 }
 
 /// The hook families `FORKPROF_BENCH_ONLY` can name.
@@ -759,6 +870,54 @@ pub fn test_no_fentry(value: Option<&str>) -> Result<bool> {
     }
 }
 
+/// Mounts tracefs at its usual place, `/sys/kernel/tracing`, where it is mounted nowhere: a
+/// classic syscall event is attached by its id, which only tracefs tells (aya looks in
+/// `/sys/kernel/tracing` and `/sys/kernel/debug/tracing`). It stays mounted, as perf leaves
+/// it: an unmount could pull it from under another forkprof that is attaching, and systemd
+/// mounts it there at boot on most distributions anyway.
+fn ensure_tracefs() -> Result<()> {
+    let present = || {
+        [
+            "/sys/kernel/tracing/events",
+            "/sys/kernel/debug/tracing/events",
+        ]
+        .iter()
+        .any(|p| std::path::Path::new(p).is_dir())
+    };
+    if present() {
+        return Ok(());
+    }
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let rc = unsafe {
+        libc::mount(
+            c"tracefs".as_ptr(),
+            c"/sys/kernel/tracing".as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    // Another forkprof may have mounted it just now.
+    if rc != 0 && !present() {
+        bail!(
+            "mounting tracefs at /sys/kernel/tracing (the classic syscall events are attached \
+             through it): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    if rc == 0 {
+        eprintln!(
+            "forkprof: mounted tracefs at /sys/kernel/tracing, for the classic syscall events"
+        );
+    }
+    Ok(())
+}
+
+/// Whether attaching hook `h` needs tracefs.
+fn needs_tracefs(h: &Hook) -> bool {
+    matches!(h.target, Target::SyscallEvent(_))
+}
+
 pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     check_privileges()?;
     let data = btf::read_kernel_btf()?;
@@ -811,6 +970,12 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             .context("setting the --cgroup scope (map CGROUP_SCOPE)")?;
     }
     let vmlinux = Btf::from_sys_fs().ok();
+    // A failure shows where the events fail to attach ("tracefs not found").
+    if (opts.no_ia32_syscalls || opts.try_all)
+        && let Err(e) = ensure_tracefs()
+    {
+        eprintln!("forkprof: {e:#}");
+    }
     let mut jobs = Vec::new();
     let mut hooks = Vec::new();
     let mut deferred: Vec<&'static Hook> = Vec::new();
@@ -836,6 +1001,21 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 for h in source.hooks {
                     hooks.push(hook_status(job, h, "unused", None));
                 }
+                continue;
+            }
+            if let Some(option) = source
+                .asked_by
+                .filter(|_| !opts.no_ia32_syscalls && !opts.try_all)
+            {
+                for h in source.hooks {
+                    hooks.push(hook_status(job, h, "not asked for", None));
+                }
+                status.errors.push(format!(
+                    "{} (not asked for: {option})",
+                    source
+                        .label
+                        .unwrap_or_else(|| source.hooks[0].target.name())
+                ));
                 continue;
             }
             if no_fentry && source.hooks.iter().any(|h| h.target.is_trampoline()) {
@@ -914,6 +1094,20 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     // window). Attaching the syscall entries last means no window starts with its first
     // events unseen.
     deferred.sort_by_key(|h| opens_windows(h));
+    // Where the syscall hooks in use skip ia32 syscalls, the kernel counts what 32-bit
+    // processes spawn; set before any process is followed.
+    let ia32_unseen = jobs.iter().any(|js| {
+        js.used
+            .is_some_and(|i| js.job.sources[i].asked_by == Some(NO_IA32_SYSCALLS))
+    });
+    if ia32_unseen {
+        let mut flag = aya::maps::Array::<_, u32>::try_from(
+            ebpf.map_mut("IA32_UNSEEN")
+                .context("map IA32_UNSEEN missing")?,
+        )?;
+        flag.set(0, 1, 0)
+            .context("marking ia32 syscalls unseen (map IA32_UNSEEN)")?;
+    }
     // Only now may the kernel follow processes: a window opened while the program that closes
     // it was still to be attached would stay open, and its gate with it, for the whole session.
     let mut attached = aya::maps::Array::<_, u32>::try_from(
@@ -936,11 +1130,15 @@ fn opens_windows(h: &Hook) -> bool {
     h.program == "forkprof_sys_enter"
         || (matches!(h.target, Target::FEntry(_))
             && SYSCALL_FUNCTIONS.iter().any(|s| s.program == h.program))
+        || matches!(h.target, Target::SyscallEvent(n) if n.starts_with("sys_enter_"))
 }
 
 /// Attaches the hooks that `load` deferred, in order, and empties the list. On an error the
 /// ones attached stay attached.
 pub fn arm(loaded: &mut Loaded) -> Result<()> {
+    if loaded.deferred.iter().any(|h| needs_tracefs(h)) {
+        ensure_tracefs()?;
+    }
     for h in std::mem::take(&mut loaded.deferred) {
         attach_loaded(&mut loaded.ebpf, h)
             .with_context(|| format!("attaching {}", h.target.label()))?;
@@ -980,6 +1178,7 @@ fn unload(ebpf: &mut Ebpf, h: &Hook) {
             aya::programs::Program::FEntry(p) => p.unload(),
             aya::programs::Program::FExit(p) => p.unload(),
             aya::programs::Program::KProbe(p) => p.unload(),
+            aya::programs::Program::TracePoint(p) => p.unload(),
             _ => Ok(()),
         };
     }
@@ -1065,6 +1264,10 @@ fn load_hook(ebpf: &mut Ebpf, kernel: &KernelInfo, vmlinux: Option<&Btf>, h: &Ho
             let p: &mut KProbe = program(ebpf, h)?.try_into()?;
             p.load().context("load (BPF_PROG_LOAD)")?;
         }
+        Target::SyscallEvent(_) => {
+            let p: &mut TracePoint = program(ebpf, h)?.try_into()?;
+            p.load().context("load (BPF_PROG_LOAD)")?;
+        }
     }
     Ok(())
 }
@@ -1089,6 +1292,11 @@ fn check_attaches(ebpf: &mut Ebpf, h: &Hook) -> Result<()> {
         Target::KProbe(func) | Target::KRetProbe(func) => {
             let p: &mut KProbe = program(ebpf, h)?.try_into()?;
             let link = p.attach(func, 0)?;
+            p.detach(link)?;
+        }
+        Target::SyscallEvent(name) => {
+            let p: &mut TracePoint = program(ebpf, h)?.try_into()?;
+            let link = p.attach("syscalls", name)?;
             p.detach(link)?;
         }
     }
@@ -1117,6 +1325,10 @@ fn attach_loaded(ebpf: &mut Ebpf, h: &Hook) -> Result<()> {
         Target::KProbe(func) | Target::KRetProbe(func) => {
             let p: &mut KProbe = program(ebpf, h)?.try_into()?;
             p.attach(func, 0)?;
+        }
+        Target::SyscallEvent(name) => {
+            let p: &mut TracePoint = program(ebpf, h)?.try_into()?;
+            p.attach("syscalls", name)?;
         }
     }
     Ok(())
@@ -1218,14 +1430,18 @@ mod tests {
         // Every entry comes after every return, schedule_tail's and sys_exit included.
         for h in &hooks[..first_entry] {
             assert!(
-                matches!(h.target, Target::FExit(_)) || h.program == "forkprof_sys_exit",
+                matches!(h.target, Target::FExit(_))
+                    || h.program == "forkprof_sys_exit"
+                    || matches!(h.target, Target::SyscallEvent(n) if n.starts_with("sys_exit_")),
                 "{}",
                 h.program
             );
         }
         for h in &hooks[first_entry..] {
             assert!(
-                matches!(h.target, Target::FEntry(_)) || h.program == "forkprof_sys_enter",
+                matches!(h.target, Target::FEntry(_))
+                    || h.program == "forkprof_sys_enter"
+                    || matches!(h.target, Target::SyscallEvent(n) if n.starts_with("sys_enter_")),
                 "{}",
                 h.program
             );
@@ -1247,7 +1463,12 @@ mod tests {
             fork_source(0),
             "fentry/fexit __x64_sys_* + fexit schedule_tail"
         );
-        assert_eq!(fork_source(1), "tp_btf sys_enter + tp_btf sys_exit");
+        assert_eq!(
+            fork_source(1),
+            "tracepoint syscalls:sys_{enter,exit}_* (skips 32-bit processes' syscalls: \
+             --no-ia32-syscalls)"
+        );
+        assert_eq!(fork_source(2), "tp_btf sys_enter + tp_btf sys_exit");
     }
 
     #[test]

@@ -28,6 +28,8 @@ use crate::recording::Writer;
 pub struct Options {
     pub trace_all: bool,
     pub precise_ld: bool,
+    /// `--no-ia32-syscalls` (`LoadOptions::no_ia32_syscalls`).
+    pub no_ia32_syscalls: bool,
     /// Record to this SQLite file.
     pub output: Option<PathBuf>,
     pub keep_args: bool,
@@ -224,6 +226,7 @@ impl Tracer {
     fn start(
         trace_all: bool,
         precise_ld: bool,
+        no_ia32_syscalls: bool,
         capture_argv: bool,
         scope: Option<&CgroupScope>,
         announce: bool,
@@ -232,6 +235,7 @@ impl Tracer {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
             precise_ld,
+            no_ia32_syscalls,
             capture_argv,
             cgroup_scope: scope.map(CgroupScope::fd),
             defer_hot: scope.is_some(),
@@ -403,6 +407,7 @@ impl TraceSession {
         let tracer = Tracer::start(
             opts.trace_all,
             opts.precise_ld,
+            opts.no_ia32_syscalls,
             opts.keep_args,
             scope,
             true,
@@ -612,13 +617,26 @@ fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record
 impl LiveSession {
     /// Loads and attaches everything. Must be called inside the runtime.
     pub fn start() -> Result<Self> {
-        Self::start_in(None, false)
+        Self::start_in(None, false, false)
     }
 
-    /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given.
-    pub fn start_in(scope: Option<&CgroupScope>, announce: bool) -> Result<Self> {
+    /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given;
+    /// `no_ia32_syscalls`: `--no-ia32-syscalls`.
+    pub fn start_in(
+        scope: Option<&CgroupScope>,
+        announce: bool,
+        no_ia32_syscalls: bool,
+    ) -> Result<Self> {
         // The live views show no arguments: the kernel need not read them.
-        let tracer = Tracer::start(true, false, false, scope, announce, Pace::LIVE)?;
+        let tracer = Tracer::start(
+            true,
+            false,
+            no_ia32_syscalls,
+            false,
+            scope,
+            announce,
+            Pace::LIVE,
+        )?;
         Ok(Self {
             tracer,
             live: Live::default(),

@@ -639,6 +639,9 @@ pub const SYSCALL_FUNCTION_HOOKS: usize = 28;
 /// tracepoints instead (where they are refused, as under lockdown).
 pub const SYSCALL_FUNCTIONS_SOURCE: &str = "fentry/fexit __x64_sys_*";
 pub const SYSCALL_TRACEPOINTS_SOURCE: &str = "tp_btf sys_enter + tp_btf sys_exit";
+/// Its source with `--no-ia32-syscalls`, where trampolines are refused: the classic
+/// per-syscall events.
+pub const SYSCALL_EVENTS_SOURCE: &str = "tracepoint syscalls:sys_{enter,exit}_*";
 
 /// Whether the syscalls job is attached by the source that a recording's `sources` name
 /// (`forkprof report --format json`'s `sources`), and by that one only: the `sys_enter` and

@@ -3,7 +3,10 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use forkprof_tests::{forkprof, needs_root, run_traced, tempdir, workload};
+use forkprof_tests::{
+    SYSCALL_EVENTS_SOURCE, SYSCALL_FUNCTIONS_SOURCE, forkprof, needs_root, run_traced,
+    run_traced_with, tempdir, workload,
+};
 
 const N: u64 = 25;
 
@@ -303,6 +306,126 @@ fn a_32_bit_process_is_followed_through_the_ia32_syscalls() {
     match forkprof_tests::check_spawn32(&run.report, path) {
         Ok(detail) => eprintln!("{detail}"),
         Err(e) => panic!("{e}\nreport: {}", run.report["processes"]),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--no-ia32-syscalls`, where trampolines are refused, hooks the classic syscall events,
+/// which never fire for an ia32 syscall: the 32-bit spawner's four fork-family syscalls are
+/// then counted as unseen (`lost.ia32_unseen`), and its children, which no fork window
+/// followed, are not in the report. Where trampolines attach, the option changes nothing,
+/// and the spawner is followed whole.
+#[test]
+fn no_ia32_syscalls_counts_what_a_32_bit_process_spawns() {
+    needs_root!();
+    let dir = tempdir();
+    let bin = dir.join("spawn32");
+    forkprof_tests::build_spawn32(&bin).unwrap();
+    let path = bin.to_str().unwrap();
+    let run = run_traced_with(&["--no-ia32-syscalls"], &[path], |_| {});
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    let exec = run.report["sources"]["exec"].as_str().unwrap_or_default();
+    let unseen = &run.report["summary"]["lost"]["ia32_unseen"];
+    if exec.contains(SYSCALL_FUNCTIONS_SOURCE) {
+        if let Err(e) = forkprof_tests::check_spawn32(&run.report, path) {
+            panic!("{e}\nreport: {}", run.report["processes"]);
+        }
+        assert!(unseen.is_null(), "ia32_unseen {unseen} with trampolines");
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    assert!(exec.contains(SYSCALL_EVENTS_SOURCE), "exec from {exec:?}");
+    assert_eq!(unseen, 4, "summary: {}", run.report["summary"]);
+    assert_eq!(run.summary("lost_events"), 4);
+    let procs = run.report["processes"].as_array().unwrap();
+    let spawner = procs
+        .iter()
+        .find(|p| p["binary"] == path)
+        .unwrap_or_else(|| panic!("no process of {path}: {procs:?}"));
+    let kids = procs
+        .iter()
+        .filter(|p| p["parent_pid"] == spawner["pid"])
+        .count();
+    assert_eq!(kids, 0, "children of an unseen fork: {procs:?}");
+    // The table says so too.
+    let out = Command::new(forkprof())
+        .args(["run", "--no-ia32-syscalls", "--", path])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        table.contains("spawns of 32-bit processes unseen 4 (--no-ia32-syscalls)"),
+        "{table}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The classic syscall events time a 64-bit spawn as sys_enter and sys_exit do: every exec
+/// of a dynamic binary with its dynamic-linker phases (ld.so's arch_prctl argument is read
+/// through the task's registers, which a classic event's context does not hold), and each
+/// failed attempt of a PATH search with its path (read from the caller's memory at the
+/// syscall's return, through those registers too). Nothing is counted as unseen.
+#[test]
+fn no_ia32_syscalls_times_64_bit_spawns_whole() {
+    needs_root!();
+    let dir = tempdir();
+    let dirs: Vec<_> = ["a", "b"].iter().map(|d| dir.join(d)).collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let search: Vec<std::path::PathBuf> = dirs
+        .iter()
+        .cloned()
+        .chain([std::path::PathBuf::from("/usr/bin")])
+        .collect();
+    let path = std::env::join_paths(&search).unwrap();
+    // Each round: env's execvp of a name found nowhere (three ENOENT attempts, exit 127),
+    // then of `true`, found in the last directory after two.
+    let script = "for i in 1 2 3 4 5 6 7 8; do env fp-not-here 2>/dev/null; env true; done";
+    let run = run_traced_with(&["--no-ia32-syscalls"], &["/bin/sh", "-c", script], |c| {
+        c.env("PATH", &path);
+    });
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    let exec = run.report["sources"]["exec"].as_str().unwrap_or_default();
+    assert!(
+        exec.contains(SYSCALL_EVENTS_SOURCE) || exec.contains(SYSCALL_FUNCTIONS_SOURCE),
+        "exec from {exec:?}"
+    );
+    assert!(run.report["summary"]["lost"]["ia32_unseen"].is_null());
+    assert_eq!(run.summary("lost_events"), 0);
+    let attempts = run.exec_attempts();
+    let mut want_failed = Vec::new();
+    for _ in 0..8 {
+        for d in &search {
+            want_failed.push((d.join("fp-not-here").display().to_string(), 2));
+        }
+        for d in &dirs {
+            want_failed.push((d.join("true").display().to_string(), 2));
+        }
+    }
+    want_failed.sort();
+    let mut failed: Vec<(String, i64)> =
+        attempts.iter().filter(|(_, e)| *e != 0).cloned().collect();
+    failed.sort();
+    assert_eq!(failed, want_failed);
+    let succeeded = |p: &str| attempts.iter().filter(|a| a.0 == p && a.1 == 0).count();
+    assert_eq!(succeeded("/usr/bin/env"), 16, "{attempts:?}");
+    assert_eq!(succeeded("/usr/bin/true"), 8, "{attempts:?}");
+    // Every `true` process: a dynamic binary's exec, its dynamic linker bracketed.
+    let trues: Vec<&serde_json::Value> = run.report["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["binary"] == "/usr/bin/true")
+        .collect();
+    assert_eq!(trues.len(), 8, "{}", run.report["processes"]);
+    for p in trues {
+        for phase in ["fork", "exec", "ld_start", "ld_map", "ld_reloc_init"] {
+            assert!(
+                p["phases"][phase].as_f64().is_some_and(|ns| ns > 0.0),
+                "{phase} missing: {p}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -25,7 +25,7 @@ const PROT_READ: u64 = 0x1;
 
 /// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap;
 /// mprotect only while some window is in `ld_state::STATIC`); `ld_syscalls` counts those.
-pub fn on_syscall(regs: BtfPtr, id: i64) {
+pub fn on_syscall(regs: impl Fn() -> BtfPtr, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_of(tgid) else {
         return;
@@ -37,7 +37,7 @@ pub fn on_syscall(regs: BtfPtr, id: i64) {
         return;
     }
     ps.ld_syscalls += 1;
-    let set_fs = || regs.u64_at(regs::DI) == ARCH_SET_FS;
+    let set_fs = || regs().u64_at(regs::DI) == ARCH_SET_FS;
     let precise = maps::precise_ld();
     match ps.ld_state {
         ld_state::START => {
@@ -66,7 +66,7 @@ pub fn on_syscall(regs: BtfPtr, id: i64) {
         ld_state::STATIC => {
             // The RELRO mprotect ends static glibc's start-up; any other watched syscall
             // means the program runs already, and static_start ends at arch_prctl.
-            if id == nr::MPROTECT && regs.u64_at(regs::DX) == PROT_READ {
+            if id == nr::MPROTECT && regs().u64_at(regs::DX) == PROT_READ {
                 ps.ld_t1 = maps::now();
             }
             close(ps, ld_outcome::NO_GLIBC_LD);

@@ -293,15 +293,20 @@ pub fn on_prepare_exec() {
 /// succeeded. `task` is the current task; `old_pid` is the thread that called exec, whose
 /// pid the exec changed to the tgid if it was not the main thread.
 pub fn on_process_exec(ctx: &BtfTracePointContext) {
-    if maps::active(active::EXECS) == 0 {
-        return;
-    }
     let task = BtfPtr::new(ctx.arg(0));
     // The task's tgid by a load: no helper call.
-    let Some(ps) = process_in_exec(task.u32_at(maps::layout().task_tgid)) else {
-        return;
+    let tgid = task.u32_at(maps::layout().task_tgid);
+    let attempt = if maps::active(active::EXECS) == 0 {
+        None
+    } else {
+        process_in_exec(tgid).and_then(|ps| Some((take_attempt(ps, ctx.arg::<u64>(1) as u32)?, ps)))
     };
-    let Some(mut attempt) = take_attempt(ps, ctx.arg::<u64>(1) as u32) else {
+    let Some((mut attempt, ps)) = attempt else {
+        // An exec whose entry was not seen: a 32-bit caller's, where the syscall hooks skip
+        // those.
+        if maps::ia32_unseen() {
+            maps::count_unseen(tgid);
+        }
         return;
     };
     let end = maps::now();

@@ -23,6 +23,12 @@ pub fn on_enter(id: i64) {
 }
 
 pub fn on_newtask(ctx: &BtfTracePointContext) {
+    // A 32-bit caller's fork-family syscall, where the syscall hooks skip those: no window
+    // was opened at its entry, and the child is not followed.
+    if maps::ia32_unseen() && maps::in_compat_syscall() {
+        maps::count_unseen(maps::current_ids().0);
+        return;
+    }
     if maps::active(active::FORKS) == 0 {
         return;
     }

@@ -3,7 +3,10 @@
 //! a load of a window counter. Where the kernel allows trampolines, fentry and fexit on the
 //! syscall functions forkprof needs take their place (`on_enter_of`, `on_return_of`): they
 //! fire only for those syscalls, and no task's syscalls take the tracepoints' slow path.
-use aya_ebpf::programs::BtfTracePointContext;
+use aya_ebpf::{
+    EbpfContext as _,
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use forkprof_common::{active, nr, nr_ia32};
 
 use super::{dynlink, exec, exit, fork};
@@ -52,15 +55,17 @@ fn as_x86_64(id: i64) -> Option<(i64, Abi)> {
 #[inline(always)]
 pub fn on_enter(ctx: &BtfTracePointContext) {
     if let Some((id, _)) = as_x86_64(ctx.arg(1)) {
-        on_enter_of(BtfPtr::new(ctx.arg(0)), id);
+        on_enter_of(|| BtfPtr::new(ctx.arg(0)), id);
     }
 }
 
 /// A syscall's entry (in the x86-64 table, whatever its ABI: no entry reads an argument that
 /// the ABI moves): from sys_enter, or from fentry on its syscall function, which passes its
-/// number as a constant (the other branches then compile away).
+/// number as a constant (the other branches then compile away), or from a classic syscall
+/// event (`on_event_entry`). `regs` gives the caller's `pt_regs`, for the two entries that
+/// read an argument (a classic event's program calls a helper for them).
 #[inline(always)]
-pub fn on_enter_of(regs: BtfPtr, id: i64) {
+pub fn on_enter_of(regs: impl Fn() -> BtfPtr, id: i64) {
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(),
@@ -113,5 +118,33 @@ pub fn on_return_of(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
         }
         nr::EXECVE | nr::EXECVEAT => exec::on_exit(regs, id, ret, abi),
         _ => {}
+    }
+}
+
+/// A classic syscall event's entry (`syscalls:sys_enter_NAME`, `--no-ia32-syscalls`): the
+/// kernel runs it only for its syscall, and never for an ia32 one. Its context holds the
+/// arguments, not the `pt_regs`; the two entries that read one get the task's `pt_regs` from
+/// a helper.
+#[inline(always)]
+pub fn on_event_entry(id: i64) {
+    on_enter_of(maps::current_regs, id);
+}
+
+/// A classic syscall event's return (`syscalls:sys_exit_NAME`): `ret` at byte 16 of its
+/// context (after the common header and the syscall number). A fork child's first return
+/// fires it too, with 0, as sys_exit does.
+#[inline(always)]
+pub fn on_event_return(ctx: &TracePointContext, id: i64) {
+    if !any_window() {
+        return;
+    }
+    // SAFETY: a tracepoint context is readable for the event's size; `ret` is a long at 16
+    // (`struct syscall_trace_exit`), a load the verifier checks.
+    let ret = unsafe { core::ptr::read_volatile(ctx.as_ptr().cast::<u8>().add(16).cast::<i64>()) };
+    match id {
+        nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 if ret == 0 => fork::on_child_return(),
+        // Only a failed exec reads its caller's arguments.
+        nr::EXECVE | nr::EXECVEAT => on_return_of(maps::current_regs(), id, ret, Abi::X64),
+        _ => on_return_of(BtfPtr::new(core::ptr::null()), id, ret, Abi::X64),
     }
 }

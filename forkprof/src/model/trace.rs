@@ -26,6 +26,11 @@ pub struct LostCounts {
     /// when nonzero, so that the JSON of earlier inputs stays as it was.
     #[serde(skip_serializing_if = "is_zero")]
     pub recording_dropped: u64,
+    /// Fork-family syscalls and execs of followed 32-bit processes that the syscall hooks in
+    /// use did not see (`--no-ia32-syscalls`): neither timed nor followed. Shown only when
+    /// nonzero.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub ia32_unseen: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -34,7 +39,11 @@ fn is_zero(n: &u64) -> bool {
 
 impl LostCounts {
     pub fn total(&self) -> u64 {
-        self.ringbuf_full + self.state_map_full + self.undecodable + self.recording_dropped
+        self.ringbuf_full
+            + self.state_map_full
+            + self.undecodable
+            + self.recording_dropped
+            + self.ia32_unseen
     }
 }
 

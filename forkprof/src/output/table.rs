@@ -269,10 +269,16 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         ],
     )?;
     if s.lost_events > 0 {
-        let dropped = match s.lost.recording_dropped {
+        let mut dropped = match s.lost.recording_dropped {
             0 => String::new(),
             n => format!(", not recorded {n}"),
         };
+        if s.lost.ia32_unseen > 0 {
+            dropped.push_str(&format!(
+                ", spawns of 32-bit processes unseen {} (--no-ia32-syscalls)",
+                s.lost.ia32_unseen
+            ));
+        }
         let text = format!(
             "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}{dropped}): totals are incomplete",
             s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable

@@ -213,6 +213,7 @@ impl Recording {
         trace.lost.ringbuf_full = num("lost_ringbuf_full");
         trace.lost.state_map_full = num("lost_state_map_full");
         trace.lost.undecodable = num("lost_undecodable");
+        trace.lost.ia32_unseen = num("lost_ia32_unseen");
         // Schema 4: the recording machine's mounts (the atime hint's advice).
         trace.mounts = self
             .meta

@@ -240,6 +240,7 @@ fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
             lost.state_map_full.to_string(),
         ),
         ("lost_undecodable".into(), lost.undecodable.to_string()),
+        ("lost_ia32_unseen".into(), lost.ia32_unseen.to_string()),
     ]
 }
 

@@ -9,9 +9,11 @@
 #   monitor-empty   the same with FORKPROF_BENCH_EMPTY=1: the hooks' floor
 #   raw-floor       empty programs on the raw tracepoints sys_enter and sys_exit
 #                   (bench/hook-floor.py raw), no forkprof code at all
-#   classic-floor   empty programs on the classic syscalls:* events of the syscalls forkprof
-#                   follows (bench/hook-floor.py classic), which forkprof cannot use: they
-#                   skip ia32 syscalls (docs/kernel-findings.md)
+#   run-no-ia32     forkprof run --no-ia32-syscalls -- LOOP: the classic syscall events of the
+#                   syscalls forkprof follows instead of sys_enter and sys_exit
+#   monitor-no-ia32 forkprof monitor --no-ia32-syscalls beside the loop
+#   classic-floor   empty programs on those classic syscalls:* events (bench/hook-floor.py
+#                   classic), which skip ia32 syscalls (docs/kernel-findings.md)
 #   bpftrace        bpftrace bench/phases.bt -c LOOP, the peer of `cargo xtask bench` (classic
 #                   syscall events, as classic-floor), where bpftrace is installed
 # Prints the bare loop's median ns per call, and for each row its median and the median of
@@ -43,11 +45,13 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   case $1 in
     bare) "$loop" "$calls" ;;
     run) "$fp" run -- "$loop" "$calls" 2>/dev/null ;;
-    monitor | monitor-empty)
-      local empty=0
-      [ "$1" = monitor ] || empty=1
+    run-no-ia32) "$fp" run --no-ia32-syscalls -- "$loop" "$calls" 2>/dev/null ;;
+    monitor | monitor-empty | monitor-no-ia32)
+      local empty=0 flags=()
+      [ "$1" != monitor-empty ] || empty=1
+      [ "$1" != monitor-no-ia32 ] || flags=(--no-ia32-syscalls)
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
-        env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor --listen 127.0.0.1:0
+        env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor "${flags[@]}" --listen 127.0.0.1:0
       "$loop" "$calls"
       kill -INT "$agent"; wait "$agent" || true; agent= ;;
     raw-floor) python3 "$root/bench/hook-floor.py" raw "$loop" "$calls" ;;
@@ -59,7 +63,7 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   esac > "$work/ns"
   grep -qE '^[0-9.]+$' "$work/ns" || { echo "syscall-tax: $1 measured nothing" >&2; exit 1; }
 }
-rows="run monitor monitor-empty raw-floor classic-floor"
+rows="run run-no-ia32 monitor monitor-no-ia32 monitor-empty raw-floor classic-floor"
 if command -v bpftrace > /dev/null; then rows="$rows bpftrace"; fi
 for round in $(seq "${ROUNDS:-7}"); do
   for row in $rows; do

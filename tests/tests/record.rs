@@ -182,6 +182,43 @@ fn record_system_wide_for_a_duration() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `record --no-ia32-syscalls` (trace-all), where trampolines are refused: the 32-bit
+/// spawner's four fork-family syscalls and its three children's successful execs (ia32
+/// execve, whose entry the classic events skip) are counted as unseen, and the count is
+/// kept in the recording for `report`. Its fourth child's failed exec is not seen at all:
+/// nothing but a syscall hook sees one. Where trampolines attach, nothing is unseen.
+#[test]
+fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("ia32.db");
+    let bin = dir.join("spawn32");
+    forkprof_tests::build_spawn32(&bin).unwrap();
+    let mut rec = Command::new(forkprof())
+        .args(["record", "--no-ia32-syscalls", "--duration", "3s", "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&mut rec);
+    assert!(Command::new(&bin).status().unwrap().success());
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let (code, rep, err) = report_json(&db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
+    let unseen = &rep["summary"]["lost"]["ia32_unseen"];
+    if exec.contains(forkprof_tests::SYSCALL_FUNCTIONS_SOURCE) {
+        assert!(unseen.is_null(), "ia32_unseen {unseen} with trampolines");
+    } else {
+        assert!(
+            exec.contains(forkprof_tests::SYSCALL_EVENTS_SOURCE),
+            "exec from {exec:?}"
+        );
+        assert_eq!(unseen, 7, "summary: {}", rep["summary"]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A hangup (the terminal closed) ends a recording as Ctrl-C does: exit 0, the recording
 /// finished (it used to die of SIGHUP, exit 129, its log not folded in and its end not
 /// written). Under `nohup` (SIGHUP ignored from the start) it goes on.

@@ -148,10 +148,22 @@ fn run_report(args: &[&str], report: &str) -> Result<Value, String> {
 
 /// `run_report` with `env` (`NAME=VALUE`) in forkprof's environment.
 fn run_report_with(env: &[&str], args: &[&str], report: &str) -> Result<Value, String> {
+    run_report_flags(env, &[], args, report)
+}
+
+/// `run_report_with` with `forkprof run` flags.
+fn run_report_flags(
+    env: &[&str],
+    flags: &[&str],
+    args: &[&str],
+    report: &str,
+) -> Result<Value, String> {
     let _ = std::fs::remove_file(report);
     let mut all = vec!["/bin/env"];
     all.extend_from_slice(env);
-    all.extend_from_slice(&[FORKPROF, "run", "--json", "--report", report, "--"]);
+    all.extend_from_slice(&[FORKPROF, "run", "--json", "--report", report]);
+    all.extend_from_slice(flags);
+    all.push("--");
     all.extend_from_slice(args);
     let ran = exec(&all);
     if ran.code != Some(0) {
@@ -473,6 +485,71 @@ fn ia32(env: &[&str]) -> Result<String, String> {
         return Err(format!("fork from {fork:?} (want {want}…)"));
     }
     forkprof_tests::check_spawn32(&report, SPAWN32)
+}
+
+/// `--no-ia32-syscalls`. Where fentry attaches it changes nothing: the 32-bit spawner is
+/// followed whole from the syscall functions. With `env` FORKPROF_TEST_NO_FENTRY=1 the
+/// classic syscall events are the source: the spawner's four fork-family syscalls are
+/// counted as unseen and its children not followed, while a 64-bit spawner's children are
+/// timed whole, their dynamic linker included.
+fn no_ia32_syscalls(env: &[&str]) -> Result<String, String> {
+    let flags = ["--no-ia32-syscalls"];
+    let report = run_report_flags(env, &flags, &[SPAWN32], "/tmp/no-ia32.json")?;
+    let fork = report["sources"]["fork"].as_str().unwrap_or("");
+    let unseen = &report["summary"]["lost"]["ia32_unseen"];
+    if env.is_empty() {
+        if !fork.starts_with("fentry") {
+            return Err(format!("fork from {fork:?} (want fentry…)"));
+        }
+        if !unseen.is_null() {
+            return Err(format!("ia32_unseen {unseen} with trampolines"));
+        }
+        return forkprof_tests::check_spawn32(&report, SPAWN32);
+    }
+    if !fork.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE) {
+        return Err(format!(
+            "fork from {fork:?} (want the classic syscall events)"
+        ));
+    }
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let spawner = procs
+        .iter()
+        .find(|p| p["binary"] == SPAWN32)
+        .ok_or("no process of the spawner")?;
+    let kids = procs
+        .iter()
+        .filter(|p| p["parent_pid"] == spawner["pid"])
+        .count();
+    if unseen != 4 || kids != 0 {
+        return Err(format!(
+            "ia32_unseen {unseen} (want 4), {kids} children followed (want 0)"
+        ));
+    }
+    let report = run_report_flags(
+        env,
+        &flags,
+        &[WORKLOAD, "spawn", "fork", "5", DYN],
+        "/tmp/no-ia32-dyn.json",
+    )?;
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let kids: Vec<&Value> = procs.iter().filter(|p| p["binary"] == DYN).collect();
+    let whole = kids
+        .iter()
+        .filter(|p| {
+            ["fork", "exec", "ld_start", "ld_map", "ld_reloc_init"]
+                .iter()
+                .all(|ph| num(&p["phases"][ph]).is_some_and(|ns| ns > 0.0))
+        })
+        .count();
+    if kids.len() != 5 || whole != 5 {
+        return Err(format!(
+            "{} children of {DYN} (want 5), {whole} with fork, exec and the dynamic linker timed",
+            kids.len()
+        ));
+    }
+    Ok(format!(
+        "32-bit spawns unseen {unseen}, 5 64-bit children timed whole"
+    ))
 }
 
 fn exit_codes() -> Result<String, String> {
@@ -883,6 +960,11 @@ fn guest() -> i32 {
     );
     t.check("ia32", ia32(&[]));
     t.check("ia32-tracepoints", ia32(&["FORKPROF_TEST_NO_FENTRY=1"]));
+    t.check("no-ia32-syscalls", no_ia32_syscalls(&[]));
+    t.check(
+        "no-ia32-syscalls-events",
+        no_ia32_syscalls(&["FORKPROF_TEST_NO_FENTRY=1"]),
+    );
     t.check("static-start", static_start());
     t.check("cow", cow(&[]));
     t.check("pagetable-copy", pagetable_copy(&[]));

@@ -20,6 +20,11 @@ pub(super) enum Tool {
     ForkprofPreciseLd,
     /// `forkprof run --precise-ld` with FORKPROF_BENCH_EMPTY=1: its floor, uprobes included
     ForkprofPreciseLdEmpty,
+    /// `forkprof run --no-ia32-syscalls`: where trampolines are refused, the classic syscall
+    /// events of the syscalls forkprof follows instead of sys_enter and sys_exit
+    ForkprofNoIa32,
+    /// `forkprof run --no-ia32-syscalls` with FORKPROF_BENCH_EMPTY=1: its floor
+    ForkprofNoIa32Empty,
     /// `forkprof record` of the whole system, started before the loop and stopped after it
     Record,
     /// `forkprof record --cgroup` of an empty cgroup made for the bench, around the loop
@@ -35,12 +40,14 @@ pub(super) enum Tool {
     Bpftrace,
 }
 
-pub(super) const ALL_TOOLS: [Tool; 11] = [
+pub(super) const ALL_TOOLS: [Tool; 13] = [
     Tool::Control,
     Tool::Forkprof,
     Tool::ForkprofEmpty,
     Tool::ForkprofPreciseLd,
     Tool::ForkprofPreciseLdEmpty,
+    Tool::ForkprofNoIa32,
+    Tool::ForkprofNoIa32Empty,
     Tool::Record,
     Tool::RecordCgroup,
     Tool::Monitor,
@@ -60,6 +67,8 @@ impl Tool {
             Tool::ForkprofEmpty => "forkprof run, empty programs",
             Tool::ForkprofPreciseLd => "forkprof run --precise-ld",
             Tool::ForkprofPreciseLdEmpty => "forkprof run --precise-ld, empty programs",
+            Tool::ForkprofNoIa32 => "forkprof run --no-ia32-syscalls",
+            Tool::ForkprofNoIa32Empty => "forkprof run --no-ia32-syscalls, empty programs",
             Tool::Record => "forkprof record",
             Tool::RecordCgroup => "forkprof record --cgroup (idle)",
             Tool::Monitor => "forkprof monitor",
@@ -88,6 +97,7 @@ impl Tool {
         match self {
             Tool::Forkprof => Some(Tool::ForkprofEmpty),
             Tool::ForkprofPreciseLd => Some(Tool::ForkprofPreciseLdEmpty),
+            Tool::ForkprofNoIa32 => Some(Tool::ForkprofNoIa32Empty),
             _ => None,
         }
     }
@@ -100,6 +110,8 @@ impl Tool {
                 | Tool::ForkprofEmpty
                 | Tool::ForkprofPreciseLd
                 | Tool::ForkprofPreciseLdEmpty
+                | Tool::ForkprofNoIa32
+                | Tool::ForkprofNoIa32Empty
                 | Tool::Record
                 | Tool::RecordCgroup
                 | Tool::Monitor
@@ -114,6 +126,8 @@ impl Tool {
             | Tool::ForkprofEmpty
             | Tool::ForkprofPreciseLd
             | Tool::ForkprofPreciseLdEmpty
+            | Tool::ForkprofNoIa32
+            | Tool::ForkprofNoIa32Empty
             | Tool::Record
             | Tool::RecordCgroup
             | Tool::Monitor => None,
@@ -166,12 +180,14 @@ const LOOP_CPU: &str = "0";
 const AGENT_CPU: &str = "1";
 
 /// The tools `--pin` applies to: those whose command runs the loop as its own argument.
-pub(super) const PINNABLE: [Tool; 5] = [
+pub(super) const PINNABLE: [Tool; 7] = [
     Tool::Control,
     Tool::Forkprof,
     Tool::ForkprofEmpty,
     Tool::ForkprofPreciseLd,
     Tool::ForkprofPreciseLdEmpty,
+    Tool::ForkprofNoIa32,
+    Tool::ForkprofNoIa32Empty,
 ];
 
 impl Paths {
@@ -215,7 +231,7 @@ impl Paths {
         let mut env = Vec::new();
         if matches!(
             tool,
-            Some(Tool::ForkprofEmpty | Tool::ForkprofPreciseLdEmpty)
+            Some(Tool::ForkprofEmpty | Tool::ForkprofPreciseLdEmpty | Tool::ForkprofNoIa32Empty)
         ) {
             env.push(("FORKPROF_BENCH_EMPTY", "1"));
         }
@@ -251,19 +267,26 @@ impl Paths {
                 t @ (Tool::Forkprof
                 | Tool::ForkprofEmpty
                 | Tool::ForkprofPreciseLd
-                | Tool::ForkprofPreciseLdEmpty),
+                | Tool::ForkprofPreciseLdEmpty
+                | Tool::ForkprofNoIa32
+                | Tool::ForkprofNoIa32Empty),
             ) => {
                 // The check under the table reads the real default run's report only.
                 let report = match t {
                     Tool::Forkprof => "forkprof-report.json",
                     Tool::ForkprofEmpty => "forkprof-empty-report.json",
                     Tool::ForkprofPreciseLd => "forkprof-precise-ld-report.json",
-                    _ => "forkprof-precise-ld-empty-report.json",
+                    Tool::ForkprofPreciseLdEmpty => "forkprof-precise-ld-empty-report.json",
+                    Tool::ForkprofNoIa32 => "forkprof-no-ia32-report.json",
+                    _ => "forkprof-no-ia32-empty-report.json",
                 };
                 let mut c = self.on_cpu(AGENT_CPU, &self.forkprof);
                 c.arg("run");
                 if matches!(t, Tool::ForkprofPreciseLd | Tool::ForkprofPreciseLdEmpty) {
                     c.arg("--precise-ld");
+                }
+                if matches!(t, Tool::ForkprofNoIa32 | Tool::ForkprofNoIa32Empty) {
+                    c.arg("--no-ia32-syscalls");
                 }
                 c.args(["--json", "--report"]).arg(self.dir.join(report));
                 let inner = self.on_cpu(LOOP_CPU, &self.spawn_loop);

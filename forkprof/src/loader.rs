@@ -1095,18 +1095,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     // events unseen.
     deferred.sort_by_key(|h| opens_windows(h));
     // Where the syscall hooks in use skip ia32 syscalls, the kernel counts what 32-bit
-    // processes spawn; set before any process is followed.
+    // processes spawn, once those hooks are attached (deferred ones: by `arm`): an exec
+    // whose entry no hook could see yet is no 32-bit process's.
     let ia32_unseen = jobs.iter().any(|js| {
         js.used
             .is_some_and(|i| js.job.sources[i].asked_by == Some(NO_IA32_SYSCALLS))
     });
-    if ia32_unseen {
-        let mut flag = aya::maps::Array::<_, u32>::try_from(
-            ebpf.map_mut("IA32_UNSEEN")
-                .context("map IA32_UNSEEN missing")?,
-        )?;
-        flag.set(0, 1, 0)
-            .context("marking ia32 syscalls unseen (map IA32_UNSEEN)")?;
+    if ia32_unseen && !deferred.iter().any(|h| needs_tracefs(h)) {
+        count_ia32_unseen(&mut ebpf)?;
     }
     // Only now may the kernel follow processes: a window opened while the program that closes
     // it was still to be attached would stay open, and its gate with it, for the whole session.
@@ -1125,6 +1121,16 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     })
 }
 
+/// Turns on the kernel's count of what 32-bit processes spawn unseen (`IA32_UNSEEN`).
+fn count_ia32_unseen(ebpf: &mut Ebpf) -> Result<()> {
+    let mut flag = aya::maps::Array::<_, u32>::try_from(
+        ebpf.map_mut("IA32_UNSEEN")
+            .context("map IA32_UNSEEN missing")?,
+    )?;
+    flag.set(0, 1, 0)
+        .context("counting ia32 spawns unseen (map IA32_UNSEEN)")
+}
+
 /// A syscall-entry hook of the syscalls job: where a fork's or an exec's window opens.
 fn opens_windows(h: &Hook) -> bool {
     h.program == "forkprof_sys_enter"
@@ -1136,12 +1142,16 @@ fn opens_windows(h: &Hook) -> bool {
 /// Attaches the hooks that `load` deferred, in order, and empties the list. On an error the
 /// ones attached stay attached.
 pub fn arm(loaded: &mut Loaded) -> Result<()> {
-    if loaded.deferred.iter().any(|h| needs_tracefs(h)) {
+    let classic = loaded.deferred.iter().any(|h| needs_tracefs(h));
+    if classic {
         ensure_tracefs()?;
     }
     for h in std::mem::take(&mut loaded.deferred) {
         attach_loaded(&mut loaded.ebpf, h)
             .with_context(|| format!("attaching {}", h.target.label()))?;
+    }
+    if classic {
+        count_ia32_unseen(&mut loaded.ebpf)?;
     }
     for status in &mut loaded.hooks {
         if status.status == "deferred" {

@@ -81,9 +81,11 @@ pub mod stat {
     pub const STATE_MAP_FULL: u32 = 1;
     /// Exits whose parent notification was never seen (teardown unmeasured), sent at free.
     pub const EXIT_WITHOUT_NOTIFY: u32 = 2;
-    /// Fork-family syscalls and successful execs of followed processes that the syscall
-    /// hooks in use did not see: a 32-bit process's, with `--no-ia32-syscalls` (the classic
-    /// syscall events skip ia32 syscalls). Counted at task_newtask and sched_process_exec.
+    /// Spawns that the syscall hooks in use did not see, with `--no-ia32-syscalls` (the
+    /// classic syscall events skip ia32 syscalls): at task_newtask, a fork-family syscall
+    /// of a 32-bit caller that forkprof follows or would follow (its child is not
+    /// followed); at sched_process_exec, an exec of a followed process whose entry was not
+    /// seen (a 32-bit caller's).
     pub const IA32_UNSEEN: u32 = 3;
     pub const COUNT: u32 = 4;
 }

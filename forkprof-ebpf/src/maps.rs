@@ -192,11 +192,16 @@ pub fn ia32_unseen() -> bool {
     IA32_UNSEEN.get(0).is_some_and(|a| *a != 0)
 }
 
-/// Counts a spawn of process `tgid` that the syscall hooks did not see (`stat::IA32_UNSEEN`),
-/// if the process is one forkprof follows or would follow.
+/// Counts a fork-family syscall of process `tgid` that the syscall hooks did not see
+/// (`stat::IA32_UNSEEN`), if forkprof follows the process or would: in trace-all mode (in
+/// the `--cgroup` scope), or as one of the processes it was asked to trace, which no hook
+/// has adopted yet when none of its syscalls is seen (`SEEDS`).
 #[inline(always)]
-pub fn count_unseen(tgid: u32) {
-    if (trace_all() && in_scope()) || proc_of(tgid).is_some() {
+pub fn count_unseen_spawn(tgid: u32) {
+    if (all_attached() && trace_all() && in_scope())
+        || proc_of(tgid).is_some()
+        || SEEDS.get_ptr(tgid).is_some()
+    {
         count_lost(stat::IA32_UNSEEN);
     }
 }

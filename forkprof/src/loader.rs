@@ -970,12 +970,6 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             .context("setting the --cgroup scope (map CGROUP_SCOPE)")?;
     }
     let vmlinux = Btf::from_sys_fs().ok();
-    // A failure shows where the events fail to attach ("tracefs not found").
-    if (opts.no_ia32_syscalls || opts.try_all)
-        && let Err(e) = ensure_tracefs()
-    {
-        eprintln!("forkprof: {e:#}");
-    }
     let mut jobs = Vec::new();
     let mut hooks = Vec::new();
     let mut deferred: Vec<&'static Hook> = Vec::new();
@@ -1027,6 +1021,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                     .push(format!("{} ({NO_FENTRY})", source.hooks[0].target.label()));
                 continue;
             }
+            // tracefs only for a source that is to be used (doctor does not mount it): a
+            // failure shows where the events fail to attach ("tracefs not found").
+            if opts.no_ia32_syscalls
+                && source.hooks.iter().any(needs_tracefs)
+                && let Err(e) = ensure_tracefs()
+            {
+                eprintln!("forkprof: {e:#}");
+            }
             let mut ok = true;
             let mut source_deferred = Vec::new();
             for h in source.hooks {
@@ -1066,7 +1068,10 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                 };
                 hooks.push(hook_status(job, h, state, error));
             }
-            if ok && status.used.is_none() {
+            // doctor tries a source that must be asked for too, but it is not the one a
+            // session would use.
+            let may_use = source.asked_by.is_none() || opts.no_ia32_syscalls;
+            if ok && status.used.is_none() && may_use {
                 status.used = Some(i);
                 deferred.extend(source_deferred);
             } else if !ok && !opts.try_all {

@@ -302,10 +302,11 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
         process_in_exec(tgid).and_then(|ps| Some((take_attempt(ps, ctx.arg::<u64>(1) as u32)?, ps)))
     };
     let Some((mut attempt, ps)) = attempt else {
-        // An exec whose entry was not seen: a 32-bit caller's, where the syscall hooks skip
-        // those.
-        if maps::ia32_unseen() {
-            maps::count_unseen(tgid);
+        // A followed process's exec whose entry was not seen: a 32-bit caller's, where the
+        // syscall hooks skip those. (A process never followed, such as the child of a 32-bit
+        // fork counted already, or a kernel-started helper, is not counted here.)
+        if maps::ia32_unseen() && maps::proc_of(tgid).is_some() {
+            maps::count_lost(stat::IA32_UNSEEN);
         }
         return;
     };

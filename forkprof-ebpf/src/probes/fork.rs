@@ -3,11 +3,11 @@
 //! before the child can run).
 use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{
-    ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, kind, stat,
+    ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, kind, nr, nr_ia32, stat,
 };
 
 use super::exit::finish as finish_exit;
-use crate::maps::{self, BtfPtr, EVENTS};
+use crate::maps::{self, BtfPtr, EVENTS, regs};
 
 pub fn on_enter(id: i64) {
     // A fork outside the `--cgroup` scope is not traced, even by a followed process.
@@ -24,9 +24,16 @@ pub fn on_enter(id: i64) {
 
 pub fn on_newtask(ctx: &BtfTracePointContext) {
     // A 32-bit caller's fork-family syscall, where the syscall hooks skip those: no window
-    // was opened at its entry, and the child is not followed.
+    // was opened at its entry, and the child is not followed. By the syscall's number: an
+    // ia32 io_uring_enter that starts an io worker is no spawn.
     if maps::ia32_unseen() && maps::in_compat_syscall() {
-        maps::count_unseen(maps::current_ids().0);
+        let id = maps::current_regs().u64_at(regs::ORIG_AX) as i64;
+        if matches!(
+            id,
+            nr_ia32::FORK | nr_ia32::CLONE | nr_ia32::VFORK | nr::CLONE3
+        ) {
+            maps::count_unseen_spawn(maps::current_ids().0);
+        }
         return;
     }
     if maps::active(active::FORKS) == 0 {

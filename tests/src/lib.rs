@@ -733,6 +733,20 @@ pub fn build_spawn32(out: &Path) -> Result<(), String> {
     }
 }
 
+/// The processes in `report` whose parent is the process of binary `path`; `Err` when the
+/// report has no process of `path`.
+pub fn children_of<'a>(report: &'a Value, path: &str) -> Result<Vec<&'a Value>, String> {
+    let procs = report["processes"].as_array().ok_or("no processes array")?;
+    let parent = procs
+        .iter()
+        .find(|p| p["binary"] == path)
+        .ok_or_else(|| format!("no process of {path}"))?;
+    Ok(procs
+        .iter()
+        .filter(|p| p["parent_pid"] == parent["pid"])
+        .collect())
+}
+
 /// Checks forkprof's report of one run of the `spawn32` fixture at `path`: its four children,
 /// made by ia32 fork, clone(SIGCHLD), vfork and fork, each with its parent, method and fork
 /// time; three exec `true` (/bin/true, 64-bit), and the last fails to exec `SPAWN32_MISSING`
@@ -740,15 +754,7 @@ pub fn build_spawn32(out: &Path) -> Result<(), String> {
 /// 127.
 /// Returns a one-line summary, or what is wrong.
 pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
-    let procs = report["processes"].as_array().ok_or("no processes array")?;
-    let parent = procs
-        .iter()
-        .find(|p| p["binary"] == path)
-        .ok_or_else(|| format!("no process of {path}"))?;
-    let kids: Vec<&Value> = procs
-        .iter()
-        .filter(|p| p["parent_pid"] == parent["pid"])
-        .collect();
+    let kids = children_of(report, path)?;
     let summary: Vec<String> = kids
         .iter()
         .map(|p| {

@@ -197,34 +197,25 @@ fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
     forkprof_tests::build_spawn32(&bin).unwrap();
     let mut groups = forkprof_tests::Groups::new("ia32");
     let group = groups.make("spawner");
-    let go = dir.join("go");
     // In the group first, so that the recording arms its hooks before it says it records;
     // the spawner runs once told to.
     let mut shell = Command::new("sh")
         .args([
             "-c",
             &format!(
-                "echo $$ > {}/cgroup.procs && while [ ! -e {} ]; do sleep 0.02; done; exec {}",
+                "echo $$ > {}/cgroup.procs && read go && exec {}",
                 group.display(),
-                go.display(),
                 bin.display()
             ),
         ])
+        .stdin(Stdio::piped())
         .spawn()
         .unwrap();
     let procs = group.join("cgroup.procs");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&procs)
-        .unwrap_or_default()
-        .trim()
-        .is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the shell never moved in"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    forkprof_tests::wait_for("the shell to move in", Duration::from_secs(10), || {
+        let pids = std::fs::read_to_string(&procs).unwrap_or_default();
+        (!pids.trim().is_empty()).then_some(())
+    });
     let mut rec = Command::new(forkprof())
         .args(["record", "--no-ia32-syscalls", "--cgroup"])
         .arg(groups.shown("spawner"))
@@ -235,7 +226,8 @@ fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
         .spawn()
         .unwrap();
     wait_until_recording(&mut rec);
-    std::fs::write(&go, "").unwrap();
+    use std::io::Write as _;
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
     assert!(shell.wait().unwrap().success());
     // SAFETY: plain syscall.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };

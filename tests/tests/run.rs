@@ -331,16 +331,9 @@ fn no_ia32_syscalls_counts_what_a_32_bit_process_spawns() {
     let unseen = &run.report["summary"]["lost"]["ia32_unseen"];
     assert_eq!(unseen, 4, "summary: {}", run.report["summary"]);
     assert_eq!(run.summary("lost_events"), 4);
-    let procs = run.report["processes"].as_array().unwrap();
-    let spawner = procs
-        .iter()
-        .find(|p| p["binary"] == path)
-        .unwrap_or_else(|| panic!("no process of {path}: {procs:?}"));
-    let kids = procs
-        .iter()
-        .filter(|p| p["parent_pid"] == spawner["pid"])
-        .count();
-    assert_eq!(kids, 0, "children of an unseen fork: {procs:?}");
+    let kids = forkprof_tests::children_of(&run.report, path)
+        .unwrap_or_else(|e| panic!("{e}: {}", run.report["processes"]));
+    assert!(kids.is_empty(), "children of an unseen fork: {kids:?}");
     let out = Command::new(forkprof())
         .args(["run", "--no-ia32-syscalls", "--", path])
         .env("FORKPROF_TEST_NO_FENTRY", "1")

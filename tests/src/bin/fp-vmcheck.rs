@@ -511,15 +511,7 @@ fn no_ia32_syscalls(env: &[&str]) -> Result<String, String> {
             "fork from {fork:?} (want the classic syscall events)"
         ));
     }
-    let procs = report["processes"].as_array().ok_or("no processes array")?;
-    let spawner = procs
-        .iter()
-        .find(|p| p["binary"] == SPAWN32)
-        .ok_or("no process of the spawner")?;
-    let kids = procs
-        .iter()
-        .filter(|p| p["parent_pid"] == spawner["pid"])
-        .count();
+    let kids = forkprof_tests::children_of(&report, SPAWN32)?.len();
     if unseen != 4 || kids != 0 {
         return Err(format!(
             "ia32_unseen {unseen} (want 4), {kids} children followed (want 0)"

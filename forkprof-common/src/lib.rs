@@ -81,13 +81,35 @@ pub mod stat {
     pub const STATE_MAP_FULL: u32 = 1;
     /// Exits whose parent notification was never seen (teardown unmeasured), sent at free.
     pub const EXIT_WITHOUT_NOTIFY: u32 = 2;
-    /// Spawns that the syscall hooks in use did not see, with `--no-ia32-syscalls` (the
-    /// classic syscall events skip ia32 syscalls): at task_newtask, a fork-family syscall
-    /// of a 32-bit caller that forkprof follows or would follow (its child is not
-    /// followed); at sched_process_exec, an exec of a followed process whose entry was not
-    /// seen (a 32-bit caller's).
+    /// Spawns that the syscall hooks in use did not see, where they are the classic syscall
+    /// events, which skip ia32 syscalls (`ia32_syscalls`): at task_newtask, a fork-family
+    /// syscall of a 32-bit caller that forkprof follows or would follow, whose entry no hook
+    /// saw (its child is not followed); at sched_process_exec, an exec of a followed process
+    /// whose entry was not seen (a 32-bit caller's).
     pub const IA32_UNSEEN: u32 = 3;
     pub const COUNT: u32 = 4;
+}
+
+/// The slots of the `IA32_SYSCALLS` map, and the modes of its `MODE` slot: how the syscall
+/// hooks in use see ia32 syscalls (a 32-bit process's, or `int $0x80`). Written by the agent,
+/// except `WANTED`.
+pub mod ia32_syscalls {
+    /// Slot: one of the modes below.
+    pub const MODE: u32 = 0;
+    /// Slot: set to 1 by the kernel in mode `UNSEEN` when it sees a 32-bit process it
+    /// follows exec or spawn; the agent then attaches sys_enter and sys_exit, if it holds
+    /// them in standby (`--ia32-syscalls on-demand`).
+    pub const WANTED: u32 = 1;
+    pub const SLOTS: u32 = 2;
+    /// The hooks see every syscall: sys_enter and sys_exit, or the syscall functions'
+    /// trampolines (which include the ia32 ones).
+    pub const SEEN: u32 = 0;
+    /// The classic syscall events only: ia32 syscalls are unseen, and what they spawn is
+    /// counted (`stat::IA32_UNSEEN`).
+    pub const UNSEEN: u32 = 1;
+    /// The classic syscall events for x86-64 syscalls, and sys_enter and sys_exit for ia32
+    /// syscalls only (they return at once for any other).
+    pub const RAW_FOR_IA32: u32 = 2;
 }
 
 /// Slots of `PROC_SLOTS`, the direct-mapped array of traced processes (a power of two: the

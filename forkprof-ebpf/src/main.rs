@@ -159,12 +159,13 @@ syscall_entry!(
     nr::EXIT_GROUP
 );
 
-// The classic per-syscall events (`syscalls:sys_enter_NAME`), with `--no-ia32-syscalls`
-// where trampolines are refused: every syscall still takes the slow path, but the kernel
-// runs a program only for the syscalls named, where sys_enter and sys_exit run two for every
-// syscall of every task. They never fire for an ia32 syscall (x86's
-// `ARCH_TRACE_IGNORE_COMPAT_SYSCALLS`): task_newtask and sched_process_exec count what a
-// 32-bit process spawned unseen (`stat::IA32_UNSEEN`).
+// The classic per-syscall events (`syscalls:sys_enter_NAME`), with `--ia32-syscalls
+// on-demand` or `never` where trampolines are refused: every syscall still takes the slow
+// path, but the kernel runs a program only for the syscalls named, where sys_enter and
+// sys_exit run two for every syscall of every task. They never fire for an ia32 syscall
+// (x86's `ARCH_TRACE_IGNORE_COMPAT_SYSCALLS`): task_newtask and sched_process_exec count what
+// a 32-bit process spawned unseen (`stat::IA32_UNSEEN`), and on demand the agent then
+// attaches sys_enter and sys_exit for ia32 syscalls only (`ia32_syscalls::RAW_FOR_IA32`).
 
 /// A classic event at a syscall's entry.
 macro_rules! syscall_event_entry {

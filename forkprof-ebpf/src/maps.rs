@@ -8,7 +8,7 @@ use aya_ebpf::{
 };
 use forkprof_common::{
     ExecState, ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader,
-    TS_COMPAT, active, stat,
+    TS_COMPAT, active, ia32_syscalls, stat,
 };
 
 /// Records to the agent, one per lifecycle milestone.
@@ -23,13 +23,13 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 #[map]
 pub static PROC_SLOTS: Array<ProcState> = Array::with_max_entries(PROC_SLOT_COUNT, 0);
 
-/// Slot 0 is 1 when the syscall hooks in use are the classic per-syscall events
-/// (`--no-ia32-syscalls`, where trampolines are refused), which never fire for an ia32
-/// syscall: task_newtask and sched_process_exec then count a 32-bit process's spawns
-/// (`stat::IA32_UNSEEN`). Set by the agent once it knows which hooks attached, before any
-/// process is followed; read once per spawn.
+/// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`: `SEEN`, `UNSEEN`
+/// or `RAW_FOR_IA32`), and whether the kernel wants sys_enter and sys_exit attached for them
+/// (`ia32_syscalls::WANTED`). The agent sets the mode once it knows which hooks attached,
+/// before any process is followed; read once per spawn, and by sys_enter and sys_exit on
+/// every hit.
 #[map]
-pub static IA32_UNSEEN: Array<u32> = Array::with_max_entries(1, 0);
+pub static IA32_SYSCALLS: Array<u32> = Array::with_max_entries(ia32_syscalls::SLOTS, 0);
 
 /// Traced processes whose slot in `PROC_SLOTS` another live process holds, by tgid.
 #[map]
@@ -169,6 +169,10 @@ const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
+/// Flags for a record that must wake the agent at once: a 32-bit process's exec while the
+/// agent holds the hooks for its syscalls in standby (`want_ia32_hooks`).
+pub const WAKE: u64 = BPF_RB_FORCE_WAKEUP;
+
 /// Flags for the ring-buffer submit of every record but a process's exit: no wakeup. The
 /// agent's periodic poll collects them, and the exit record, one per process, asks for a
 /// wakeup when `WAKEUP_BYTES` are waiting (`submit_flags`): a fill query on every record
@@ -186,14 +190,47 @@ pub fn submit_flags() -> u64 {
     }
 }
 
-/// Whether the syscall hooks in use skip ia32 syscalls (`IA32_UNSEEN`).
+/// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`).
+#[inline(always)]
+pub fn ia32_mode() -> u32 {
+    IA32_SYSCALLS
+        .get(ia32_syscalls::MODE)
+        .map_or(ia32_syscalls::SEEN, |m| *m)
+}
+
+/// Whether the syscall hooks in use skip ia32 syscalls (the classic events alone).
 #[inline(always)]
 pub fn ia32_unseen() -> bool {
-    IA32_UNSEEN.get(0).is_some_and(|a| *a != 0)
+    ia32_mode() == ia32_syscalls::UNSEEN
+}
+
+/// Whether sys_enter and sys_exit are attached beside the classic events, for ia32 syscalls
+/// only: they then return at once for every other syscall, which the classic events handle.
+#[inline(always)]
+pub fn raw_hooks_for_ia32_only() -> bool {
+    ia32_mode() == ia32_syscalls::RAW_FOR_IA32
+}
+
+/// Counts a spawn of a 32-bit process that the syscall hooks did not see
+/// (`stat::IA32_UNSEEN`), and asks the agent for the hooks that would see the next
+/// (`ia32_syscalls::WANTED`; it attaches them if it holds them in standby).
+#[inline(always)]
+pub fn count_ia32_unseen() {
+    count_lost(stat::IA32_UNSEEN);
+    want_ia32_hooks();
+}
+
+/// Asks the agent to attach sys_enter and sys_exit for ia32 syscalls (`ia32_syscalls::WANTED`).
+#[inline(always)]
+pub fn want_ia32_hooks() {
+    if let Some(p) = IA32_SYSCALLS.get_ptr_mut(ia32_syscalls::WANTED) {
+        // SAFETY: an array value, valid for the map's life; a plain store of a flag.
+        unsafe { core::ptr::write_volatile(p, 1) };
+    }
 }
 
 /// Counts a fork-family syscall of process `tgid` that the syscall hooks did not see
-/// (`stat::IA32_UNSEEN`), if forkprof follows the process or would: in trace-all mode (in
+/// (`count_ia32_unseen`), if forkprof follows the process or would: in trace-all mode (in
 /// the `--cgroup` scope), or as one of the processes it was asked to trace, which no hook
 /// has adopted yet when none of its syscalls is seen (`SEEDS`).
 #[inline(always)]
@@ -202,7 +239,7 @@ pub fn count_unseen_spawn(tgid: u32) {
         || proc_of(tgid).is_some()
         || SEEDS.get_ptr(tgid).is_some()
     {
-        count_lost(stat::IA32_UNSEEN);
+        count_ia32_unseen();
     }
 }
 

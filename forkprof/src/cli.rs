@@ -3,6 +3,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::loader::Ia32Syscalls;
 use crate::model::report::{GroupBy, SortBy};
 
 #[derive(Parser, Debug)]
@@ -199,13 +200,29 @@ pub struct RecordingArgs {
 /// Which hooks to trade for which cost.
 #[derive(Args, Debug)]
 pub struct HookArgs {
-    /// Where the kernel refuses trampolines (fentry), hook only the syscalls forkprof
-    /// follows (the `syscalls:sys_enter_*` events) rather than every syscall (sys_enter and
-    /// sys_exit): every other syscall on the machine then pays about half as much. But those
-    /// events skip 32-bit processes' syscalls: what 32-bit processes spawn is neither timed
-    /// nor followed, only counted (`ia32_unseen`). No effect where trampolines attach.
-    #[arg(long)]
+    /// Where the kernel refuses trampolines (fentry): `always` hooks every syscall (sys_enter
+    /// and sys_exit); `on-demand` and `never` hook only the syscalls forkprof follows (the
+    /// `syscalls:sys_enter_*` events), so that every other syscall on the machine pays about
+    /// half as much. Those events skip 32-bit processes' syscalls: `on-demand` attaches
+    /// sys_enter and sys_exit for them once a 32-bit process is seen, `never` does not. What
+    /// 32-bit processes spawn unseen is counted (`ia32_unseen`). No effect where trampolines
+    /// attach.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Ia32Syscalls::Always)]
+    pub ia32_syscalls: Ia32Syscalls,
+    /// The same as `--ia32-syscalls never`.
+    #[arg(long, conflicts_with = "ia32_syscalls")]
     pub no_ia32_syscalls: bool,
+}
+
+impl HookArgs {
+    /// `--ia32-syscalls`, or `never` for `--no-ia32-syscalls`.
+    pub fn ia32_syscalls(&self) -> Ia32Syscalls {
+        if self.no_ia32_syscalls {
+            Ia32Syscalls::Never
+        } else {
+            self.ia32_syscalls
+        }
+    }
 }
 
 /// Why a command's report outputs (`flag`, path) may not be written: one is a file the

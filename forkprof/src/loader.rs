@@ -21,6 +21,7 @@ use serde::Serialize;
 use crate::btf::{self, KernelInfo, Param};
 use crate::capabilities;
 use crate::model::phases::{Phase, PhaseMap};
+use forkprof_common::ia32_syscalls;
 
 /// Where a program attaches.
 #[derive(Clone, Copy, Debug)]
@@ -239,7 +240,7 @@ const SYSCALL_FUNCTIONS: &[Hook] = &[
     ),
 ];
 
-/// The classic syscall events of the syscalls forkprof needs (`--no-ia32-syscalls`): where
+/// The classic syscall events of the syscalls forkprof needs (`--ia32-syscalls on-demand` or `never`): where
 /// trampolines are refused, they cost every other syscall a third to two thirds of what
 /// sys_enter and sys_exit do, but they skip every ia32 syscall (docs/kernel-findings.md).
 const SYSCALL_EVENTS: &[Hook] = &[
@@ -318,7 +319,24 @@ const SYSCALL_EVENTS: &[Hook] = &[
 ];
 
 /// The option that asks for the classic syscall events (`SYSCALL_EVENTS`).
-pub const NO_IA32_SYSCALLS: &str = "--no-ia32-syscalls";
+pub const IA32_SYSCALLS_OPTION: &str = "--ia32-syscalls on-demand or never";
+
+/// Where the kernel refuses trampolines, how the syscalls job sees ia32 syscalls (a 32-bit
+/// process's): `--ia32-syscalls`. Where trampolines attach, they see them all, and this
+/// changes nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Ia32Syscalls {
+    /// sys_enter and sys_exit from the start: every syscall of every task runs them.
+    #[default]
+    Always,
+    /// The classic per-syscall events, and sys_enter and sys_exit (loaded in standby) for
+    /// ia32 syscalls only from the first 32-bit process that a followed process execs or
+    /// forkprof sees spawn. What a 32-bit process spawns before they attach is counted.
+    OnDemand,
+    /// The classic per-syscall events alone: what 32-bit processes spawn is counted, never
+    /// timed or followed.
+    Never,
+}
 
 pub const JOBS: &[Job] = &[
     Job {
@@ -355,9 +373,10 @@ pub const JOBS: &[Job] = &[
             Source {
                 hooks: SYSCALL_EVENTS,
                 label: Some("tracepoint syscalls:sys_{enter,exit}_*"),
-                note: Some("skips 32-bit processes' syscalls: --no-ia32-syscalls"),
+                // Per session: `JobStatus::note`.
+                note: None,
                 lacks: &[],
-                asked_by: Some(NO_IA32_SYSCALLS),
+                asked_by: Some(IA32_SYSCALLS_OPTION),
             },
             one(&[
                 hook(
@@ -620,8 +639,10 @@ pub struct HookStatus {
     pub target: &'static str,
     pub job: &'static str,
     pub required: bool,
-    /// "attached", "failed", "unused" (a better source of its job attached), or "deferred"
-    /// (loaded; attached once the `--cgroup` scope has a process, see `arm`).
+    /// "attached", "failed", "unused" (a better source of its job attached), "deferred"
+    /// (loaded; attached once the `--cgroup` scope has a process, see `arm`), or "standby"
+    /// (loaded; attached for ia32 syscalls once a 32-bit process is seen, see
+    /// `attach_ia32_hooks`).
     pub status: &'static str,
     /// Whether this hook's source is the one its job uses (doctor attaches every source).
     pub used: bool,
@@ -635,6 +656,8 @@ pub struct JobStatus {
     pub job: &'static Job,
     pub used: Option<usize>,
     pub errors: Vec<String>,
+    /// What this session adds to its source's text, in place of `Source::note`.
+    pub note: Option<String>,
 }
 
 pub struct Loaded {
@@ -645,6 +668,9 @@ pub struct Loaded {
     /// Hooks of hot jobs loaded but not attached (`LoadOptions::defer_hot`), in the order `arm`
     /// attaches them.
     pub deferred: Vec<&'static Hook>,
+    /// sys_enter and sys_exit, loaded but not attached (`Ia32Syscalls::OnDemand` where the
+    /// classic syscall events are used): `attach_ia32_hooks` attaches them.
+    pub standby: Vec<&'static Hook>,
 }
 
 impl Loaded {
@@ -659,7 +685,7 @@ impl Loaded {
 /// <why>".
 fn phase_sources(jobs: &[JobStatus]) -> PhaseMap<String> {
     let mut parts: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
-    let mut notes: BTreeMap<Phase, Vec<&'static str>> = BTreeMap::new();
+    let mut notes: BTreeMap<Phase, Vec<String>> = BTreeMap::new();
     let mut missing: BTreeMap<Phase, String> = BTreeMap::new();
     for js in jobs {
         for &phase in js.job.feeds {
@@ -676,7 +702,7 @@ fn phase_sources(jobs: &[JobStatus]) -> PhaseMap<String> {
                         Some(label) => entry.push(label.to_string()),
                         None => entry.extend(source.hooks.iter().map(|h| h.target.label())),
                     }
-                    if let Some(note) = source.note {
+                    if let Some(note) = js.note.clone().or(source.note.map(String::from)) {
                         notes.entry(phase).or_default().push(note);
                     }
                 }
@@ -757,9 +783,9 @@ pub struct LoadOptions {
     pub defer_hot: bool,
     /// How promptly the agent will collect; the programs get its `wakeup_bytes`.
     pub pace: crate::collector::Pace,
-    /// `--no-ia32-syscalls`: where trampolines are refused, the classic syscall events
-    /// rather than sys_enter and sys_exit.
-    pub no_ia32_syscalls: bool,
+    /// `--ia32-syscalls`: where trampolines are refused, whether the classic syscall events
+    /// take the place of sys_enter and sys_exit.
+    pub ia32_syscalls: Ia32Syscalls,
 }
 
 /// The hook families `FORKPROF_BENCH_ONLY` can name.
@@ -973,11 +999,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     let mut jobs = Vec::new();
     let mut hooks = Vec::new();
     let mut deferred: Vec<&'static Hook> = Vec::new();
+    let mut standby: Vec<&'static Hook> = Vec::new();
+    let classic_asked = opts.ia32_syscalls != Ia32Syscalls::Always;
     for job in JOBS {
         let mut status = JobStatus {
             job,
             used: None,
             errors: Vec::new(),
+            note: None,
         };
         if !bench.wants(job) {
             for h in job.sources.iter().flat_map(|s| s.hooks) {
@@ -991,16 +1020,31 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         let mut source_of = Vec::new();
         for (i, source) in job.sources.iter().enumerate() {
             source_of.extend(std::iter::repeat_n(i, source.hooks.len()));
-            if status.used.is_some() && !opts.try_all {
+            if let Some(used) = status.used.filter(|_| !opts.try_all) {
+                // On demand, sys_enter and sys_exit wait behind the classic events, loaded.
+                if opts.ia32_syscalls == Ia32Syscalls::OnDemand
+                    && job.sources[used].asked_by.is_some()
+                    && source.asked_by.is_none()
+                    && standby.is_empty()
+                {
+                    load_standby(
+                        &mut ebpf,
+                        &kernel,
+                        vmlinux.as_ref(),
+                        job,
+                        source,
+                        &mut hooks,
+                    )
+                    .into_iter()
+                    .for_each(|h| standby.push(h));
+                    continue;
+                }
                 for h in source.hooks {
                     hooks.push(hook_status(job, h, "unused", None));
                 }
                 continue;
             }
-            if let Some(option) = source
-                .asked_by
-                .filter(|_| !opts.no_ia32_syscalls && !opts.try_all)
-            {
+            if let Some(option) = source.asked_by.filter(|_| !classic_asked && !opts.try_all) {
                 for h in source.hooks {
                     hooks.push(hook_status(job, h, "not asked for", None));
                 }
@@ -1023,7 +1067,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             }
             // tracefs only for a source that is to be used (doctor does not mount it): a
             // failure shows where the events fail to attach ("tracefs not found").
-            if opts.no_ia32_syscalls
+            if classic_asked
                 && source.hooks.iter().any(needs_tracefs)
                 && let Err(e) = ensure_tracefs()
             {
@@ -1070,7 +1114,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             }
             // doctor tries a source that must be asked for too, but it is not the one a
             // session would use.
-            let may_use = source.asked_by.is_none() || opts.no_ia32_syscalls;
+            let may_use = source.asked_by.is_none() || classic_asked;
             if ok && status.used.is_none() && may_use {
                 status.used = Some(i);
                 deferred.extend(source_deferred);
@@ -1102,12 +1146,18 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
     // Where the syscall hooks in use skip ia32 syscalls, the kernel counts what 32-bit
     // processes spawn, once those hooks are attached (deferred ones: by `arm`): an exec
     // whose entry no hook could see yet is no 32-bit process's.
-    let ia32_unseen = jobs.iter().any(|js| {
-        js.used
-            .is_some_and(|i| js.job.sources[i].asked_by == Some(NO_IA32_SYSCALLS))
-    });
-    if ia32_unseen && !deferred.iter().any(|h| needs_tracefs(h)) {
-        count_ia32_unseen(&mut ebpf)?;
+    let mut classic = false;
+    for js in jobs.iter_mut() {
+        if js
+            .used
+            .is_some_and(|i| js.job.sources[i].asked_by == Some(IA32_SYSCALLS_OPTION))
+        {
+            classic = true;
+            js.note = Some(ia32_note(opts.ia32_syscalls, !standby.is_empty(), false));
+        }
+    }
+    if classic && !deferred.iter().any(|h| needs_tracefs(h)) {
+        set_ia32_mode(&mut ebpf, ia32_syscalls::UNSEEN)?;
     }
     // Only now may the kernel follow processes: a window opened while the program that closes
     // it was still to be attached would stay open, and its gate with it, for the whole session.
@@ -1123,17 +1173,99 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         jobs,
         hooks,
         deferred,
+        standby,
     })
 }
 
-/// Turns on the kernel's count of what 32-bit processes spawn unseen (`IA32_UNSEEN`).
-fn count_ia32_unseen(ebpf: &mut Ebpf) -> Result<()> {
-    let mut flag = aya::maps::Array::<_, u32>::try_from(
-        ebpf.map_mut("IA32_UNSEEN")
-            .context("map IA32_UNSEEN missing")?,
+/// What the syscalls job's source text says of ia32 syscalls where the classic events are
+/// used: skipped, or seen by sys_enter and sys_exit on demand (`attached`: they are now).
+fn ia32_note(mode: Ia32Syscalls, standby: bool, attached: bool) -> String {
+    match (mode, standby, attached) {
+        (_, _, true) => "32-bit processes' syscalls: tp_btf sys_enter + tp_btf sys_exit, \
+                         attached when the first was seen, --ia32-syscalls on-demand"
+            .into(),
+        (Ia32Syscalls::OnDemand, true, false) => "32-bit processes' syscalls: tp_btf sys_enter \
+                                                  + tp_btf sys_exit on demand, none seen"
+            .into(),
+        _ => "skips 32-bit processes' syscalls: --ia32-syscalls never".into(),
+    }
+}
+
+/// Loads `source`'s hooks without attaching them ("standby"), and returns them; none if any
+/// fails to load (its status says why).
+fn load_standby(
+    ebpf: &mut Ebpf,
+    kernel: &KernelInfo,
+    vmlinux: Option<&Btf>,
+    job: &'static Job,
+    source: &'static Source,
+    hooks: &mut Vec<HookStatus>,
+) -> Vec<&'static Hook> {
+    let mut loaded = Vec::new();
+    for h in source.hooks {
+        match load_hook(ebpf, kernel, vmlinux, h) {
+            Ok(()) => {
+                loaded.push(h);
+                hooks.push(hook_status(job, h, "standby", None));
+            }
+            Err(e) => hooks.push(hook_status(job, h, "failed", Some(format!("{e:#}")))),
+        }
+    }
+    if loaded.len() != source.hooks.len() {
+        return Vec::new();
+    }
+    loaded
+}
+
+/// Tells the kernel how the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`);
+/// from `UNSEEN` on, it counts what 32-bit processes spawn unseen.
+fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
+    let mut map = aya::maps::Array::<_, u32>::try_from(
+        ebpf.map_mut("IA32_SYSCALLS")
+            .context("map IA32_SYSCALLS missing")?,
     )?;
-    flag.set(0, 1, 0)
-        .context("counting ia32 spawns unseen (map IA32_UNSEEN)")
+    map.set(ia32_syscalls::MODE, mode, 0)
+        .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")
+}
+
+/// `--ia32-syscalls on-demand`: once the kernel has seen a 32-bit process that forkprof
+/// follows (`ia32_syscalls::WANTED`), attaches sys_enter and sys_exit from standby, for ia32
+/// syscalls only (the classic events keep the rest). Whether it attached them now; after an
+/// error it does not try again, and the kernel goes on counting what it does not see.
+pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
+    if loaded.standby.is_empty() {
+        return Ok(false);
+    }
+    let mut map = aya::maps::Array::<_, u32>::try_from(
+        loaded
+            .ebpf
+            .map_mut("IA32_SYSCALLS")
+            .context("map IA32_SYSCALLS missing")?,
+    )?;
+    if map.get(&ia32_syscalls::WANTED, 0)? == 0 {
+        return Ok(false);
+    }
+    // The mode first: attached in mode UNSEEN, they would take every syscall, which the
+    // classic events take too. In this mode, a 32-bit spawn whose entry they miss while
+    // they attach is counted.
+    map.set(ia32_syscalls::MODE, ia32_syscalls::RAW_FOR_IA32, 0)
+        .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")?;
+    let mut hooks = std::mem::take(&mut loaded.standby);
+    // sys_exit first: a window opened at an entry is closed at its return.
+    hooks.sort_by_key(|h| opens_windows(h));
+    for h in hooks {
+        attach_loaded(&mut loaded.ebpf, h)
+            .with_context(|| format!("attaching {} for ia32 syscalls", h.target.label()))?;
+        for status in loaded.hooks.iter_mut() {
+            if status.status == "standby" && status.target == h.target.name() {
+                status.status = "attached";
+            }
+        }
+    }
+    for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
+        js.note = Some(ia32_note(Ia32Syscalls::OnDemand, true, true));
+    }
+    Ok(true)
 }
 
 /// A syscall-entry hook of the syscalls job: where a fork's or an exec's window opens.
@@ -1156,7 +1288,7 @@ pub fn arm(loaded: &mut Loaded) -> Result<()> {
             .with_context(|| format!("attaching {}", h.target.label()))?;
     }
     if classic {
-        count_ia32_unseen(&mut loaded.ebpf)?;
+        set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::UNSEEN)?;
     }
     for status in &mut loaded.hooks {
         if status.status == "deferred" {
@@ -1466,24 +1598,43 @@ mod tests {
     #[test]
     fn a_many_hook_source_names_itself_by_its_label() {
         let job = JOBS.iter().find(|j| j.name == "syscalls").unwrap();
-        let fork_source = |used| {
+        let fork_source = |used, note: Option<String>| {
             let status = JobStatus {
                 job,
                 used: Some(used),
                 errors: Vec::new(),
+                note,
             };
             phase_sources(&[status]).get(Phase::Fork).unwrap().clone()
         };
         assert_eq!(
-            fork_source(0),
+            fork_source(0, None),
             "fentry/fexit __x64_sys_* + fexit schedule_tail"
         );
+        let classic =
+            |mode, standby, attached| fork_source(1, Some(ia32_note(mode, standby, attached)));
         assert_eq!(
-            fork_source(1),
+            classic(Ia32Syscalls::Never, false, false),
             "tracepoint syscalls:sys_{enter,exit}_* (skips 32-bit processes' syscalls: \
-             --no-ia32-syscalls)"
+             --ia32-syscalls never)"
         );
-        assert_eq!(fork_source(2), "tp_btf sys_enter + tp_btf sys_exit");
+        // On demand, but sys_enter and sys_exit failed to load: as `never`.
+        assert_eq!(
+            classic(Ia32Syscalls::OnDemand, false, false),
+            classic(Ia32Syscalls::Never, false, false)
+        );
+        assert_eq!(
+            classic(Ia32Syscalls::OnDemand, true, false),
+            "tracepoint syscalls:sys_{enter,exit}_* (32-bit processes' syscalls: tp_btf \
+             sys_enter + tp_btf sys_exit on demand, none seen)"
+        );
+        assert_eq!(
+            classic(Ia32Syscalls::OnDemand, true, true),
+            "tracepoint syscalls:sys_{enter,exit}_* (32-bit processes' syscalls: tp_btf \
+             sys_enter + tp_btf sys_exit, attached when the first was seen, --ia32-syscalls \
+             on-demand)"
+        );
+        assert_eq!(fork_source(2, None), "tp_btf sys_enter + tp_btf sys_exit");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::decode::Record;
 use crate::elf::InterpCache;
 use crate::found::Snapshot;
 use crate::ldprobes::LdProbes;
-use crate::loader::{self, LoadOptions, Loaded};
+use crate::loader::{self, Ia32Syscalls, LoadOptions, Loaded};
 use crate::model::live::{Counters, Finished, Live};
 use crate::model::mounts::parse_mountinfo;
 use crate::model::report::Context;
@@ -28,8 +28,8 @@ use crate::recording::Writer;
 pub struct Options {
     pub trace_all: bool,
     pub precise_ld: bool,
-    /// `--no-ia32-syscalls` (`LoadOptions::no_ia32_syscalls`).
-    pub no_ia32_syscalls: bool,
+    /// `--ia32-syscalls` (`LoadOptions::ia32_syscalls`).
+    pub ia32_syscalls: Ia32Syscalls,
     /// Record to this SQLite file.
     pub output: Option<PathBuf>,
     pub keep_args: bool,
@@ -226,7 +226,7 @@ impl Tracer {
     fn start(
         trace_all: bool,
         precise_ld: bool,
-        no_ia32_syscalls: bool,
+        ia32_syscalls: Ia32Syscalls,
         capture_argv: bool,
         scope: Option<&CgroupScope>,
         announce: bool,
@@ -235,7 +235,7 @@ impl Tracer {
         let mut loaded = loader::load(&LoadOptions {
             trace_all,
             precise_ld,
-            no_ia32_syscalls,
+            ia32_syscalls,
             capture_argv,
             cgroup_scope: scope.map(CgroupScope::fd),
             defer_hot: scope.is_some(),
@@ -326,7 +326,20 @@ impl Tracer {
                     route(Traced::InScope(in_scope));
                 }
             }
+            self.attach_ia32_hooks();
             tick(&self.collector)?;
+        }
+    }
+
+    /// `--ia32-syscalls on-demand`: attaches the hooks that see 32-bit processes' syscalls
+    /// once the kernel asks for them (`loader::attach_ia32_hooks`). A failure is said on
+    /// stderr, not fatal: the kernel goes on counting what they would have seen.
+    fn attach_ia32_hooks(&mut self) {
+        if self.loaded.standby.is_empty() {
+            return;
+        }
+        if let Err(e) = loader::attach_ia32_hooks(&mut self.loaded) {
+            eprintln!("forkprof: {e:#}; what 32-bit processes spawn is counted unseen");
         }
     }
 
@@ -407,7 +420,7 @@ impl TraceSession {
         let tracer = Tracer::start(
             opts.trace_all,
             opts.precise_ld,
-            opts.no_ia32_syscalls,
+            opts.ia32_syscalls,
             opts.keep_args,
             scope,
             true,
@@ -617,21 +630,21 @@ fn feed(live: &mut Live, found: &mut Snapshot, cgroups: &mut CgroupNames, record
 impl LiveSession {
     /// Loads and attaches everything. Must be called inside the runtime.
     pub fn start() -> Result<Self> {
-        Self::start_in(None, false, false)
+        Self::start_in(None, false, Ia32Syscalls::default())
     }
 
     /// `start`, tracing only the processes of `scope` (`top/monitor --cgroup`) if given;
-    /// `no_ia32_syscalls`: `--no-ia32-syscalls`.
+    /// `ia32_syscalls`: `--ia32-syscalls`.
     pub fn start_in(
         scope: Option<&CgroupScope>,
         announce: bool,
-        no_ia32_syscalls: bool,
+        ia32_syscalls: Ia32Syscalls,
     ) -> Result<Self> {
         // The live views show no arguments: the kernel need not read them.
         let tracer = Tracer::start(
             true,
             false,
-            no_ia32_syscalls,
+            ia32_syscalls,
             false,
             scope,
             announce,

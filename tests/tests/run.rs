@@ -341,9 +341,80 @@ fn no_ia32_syscalls_counts_what_a_32_bit_process_spawns() {
         .unwrap();
     let table = String::from_utf8_lossy(&out.stderr);
     assert!(
-        table.contains("spawns of 32-bit processes unseen 4 (--no-ia32-syscalls)"),
+        table.contains("spawns of 32-bit processes unseen 4 (--ia32-syscalls)"),
         "{table}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--ia32-syscalls on-demand`, where trampolines are refused (here by
+/// `FORKPROF_TEST_NO_FENTRY=1`): the classic syscall events, with sys_enter and sys_exit
+/// loaded in standby and attached, for ia32 syscalls only, once a followed process execs a
+/// 32-bit image. The first 32-bit spawner forks at once after its exec, so each of its four
+/// spawns is either followed or counted as unseen, whichever the agent's attach came
+/// before; none is lost silently. A second one, started two seconds later, is followed
+/// whole, as sys_enter and sys_exit alone follow it. The 64-bit processes it starts have
+/// their syscalls seen once, by the classic events, not again by sys_enter: their dynamic
+/// linker counts as many objects as where sys_enter and sys_exit alone see them (each
+/// openat counted twice would give more).
+#[test]
+fn ia32_syscalls_on_demand_follow_32_bit_processes_from_the_first_exec() {
+    needs_root!();
+    let dir = tempdir();
+    let (first, second) = (dir.join("spawn32-first"), dir.join("spawn32-second"));
+    forkprof_tests::build_spawn32(&first).unwrap();
+    std::fs::copy(&first, &second).unwrap();
+    let (first, second) = (first.to_str().unwrap(), second.to_str().unwrap());
+    let ld_objects = |report: &serde_json::Value| {
+        report["groups"]["binary"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["binary"] == "/bin/true"))
+            .map(|g| g["ld_objects_mean"].clone())
+            .unwrap_or_default()
+    };
+    // The spawner's children, as sys_enter and sys_exit alone see them.
+    let without = run_traced_with(&["--ia32-syscalls", "always"], &[second], |c| {
+        c.env("FORKPROF_TEST_NO_FENTRY", "1");
+    });
+    assert_eq!(without.code(), 0, "stderr: {}", without.stderr());
+    let script = format!("{first}; sleep 2; {second}");
+    let run = run_traced_with(
+        &["--ia32-syscalls", "on-demand"],
+        &["/bin/sh", "-c", &script],
+        |c| {
+            c.env("FORKPROF_TEST_NO_FENTRY", "1");
+        },
+    );
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    let exec = run.report["sources"]["exec"].as_str().unwrap_or_default();
+    assert!(exec.contains(SYSCALL_EVENTS_SOURCE), "exec from {exec:?}");
+    assert!(
+        exec.contains("tp_btf sys_enter + tp_btf sys_exit, attached when the first was seen"),
+        "exec from {exec:?}"
+    );
+    let unseen = run.report["summary"]["lost"]["ia32_unseen"]
+        .as_u64()
+        .unwrap_or(0);
+    let early = forkprof_tests::children_of(&run.report, first)
+        .unwrap_or_else(|e| panic!("{e}: {}", run.report["processes"]));
+    assert_eq!(
+        early.len() as u64 + unseen,
+        4,
+        "the first spawner: {} children followed, {unseen} unseen",
+        early.len()
+    );
+    assert_eq!(run.summary("lost_events"), unseen);
+    match forkprof_tests::check_spawn32(&run.report, second) {
+        Ok(detail) => eprintln!("{detail}"),
+        Err(e) => panic!("{e}\nreport: {}", run.report["processes"]),
+    }
+    let want = ld_objects(&without.report);
+    assert!(
+        want.as_f64().is_some_and(|n| n >= 1.0),
+        "{}",
+        without.report["groups"]
+    );
+    assert_eq!(ld_objects(&run.report), want, "{}", run.report["groups"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

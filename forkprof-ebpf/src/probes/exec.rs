@@ -18,8 +18,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use forkprof_common::{
-    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ExecState, ProcState, active, kind, ld_state,
-    nr, stat,
+    ARG_LEN, ARG_SLOTS, ARGV_LEN, ExecAttemptRecord, ExecState, ProcState, active, ia32_syscalls,
+    kind, ld_state, nr, stat,
 };
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window, path, syscalls::Abi};
@@ -303,10 +303,11 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     };
     let Some((mut attempt, ps)) = attempt else {
         // A followed process's exec whose entry was not seen: a 32-bit caller's, where the
-        // syscall hooks skip those. (A process never followed, such as the child of a 32-bit
-        // fork counted already, or a kernel-started helper, is not counted here.)
-        if maps::ia32_unseen() && maps::proc_of(tgid).is_some() {
-            maps::count_lost(stat::IA32_UNSEEN);
+        // syscall hooks skip those (or saw them only from later on). (A process never
+        // followed, such as the child of a 32-bit fork counted already, or a kernel-started
+        // helper, is not counted here.)
+        if maps::ia32_mode() != ia32_syscalls::SEEN && maps::proc_of(tgid).is_some() {
+            maps::count_ia32_unseen();
         }
         return;
     };
@@ -318,6 +319,15 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     } else {
         Abi::X64
     };
+    // A followed process turns 32-bit where the syscall hooks skip ia32 syscalls: before it
+    // spawns anything, the agent is woken to attach the hooks that see them, if it holds
+    // them in standby.
+    let flags = if abi == Abi::Ia32 && maps::ia32_unseen() {
+        maps::want_ia32_hooks();
+        maps::WAKE
+    } else {
+        maps::QUIET
+    };
     finish(
         ps,
         &attempt,
@@ -325,6 +335,7 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
         0,
         abi,
         ArgsFrom::Image(task, BtfPtr::new(ctx.arg(2))),
+        flags,
     );
 }
 
@@ -360,7 +371,7 @@ pub fn on_exit(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
     };
     let errno = if ret < 0 { -ret as i32 } else { 0 };
     // A success's `abi` is the new image's: the exec rewrote the number and compat status.
-    finish(ps, &attempt, maps::now(), errno, abi, args);
+    finish(ps, &attempt, maps::now(), errno, abi, args, maps::QUIET);
 }
 
 /// Where an attempt's path and argv are read from.
@@ -379,7 +390,15 @@ enum ArgsFrom {
 /// dynamic linker is i386 ld.so, whose syscalls the window's state machine does not read (it
 /// sets TLS with set_thread_area, not arch_prctl): it gets none.
 #[inline(always)]
-fn finish(ps: &mut ProcState, attempt: &ExecState, end: u64, errno: i32, abi: Abi, args: ArgsFrom) {
+fn finish(
+    ps: &mut ProcState,
+    attempt: &ExecState,
+    end: u64,
+    errno: i32,
+    abi: Abi,
+    args: ArgsFrom,
+    submit_flags: u64,
+) {
     let (mut cow_faults, mut cow_fault_ns) = (0, 0);
     if errno == 0 {
         let cow = close_cow_window(ps);
@@ -441,5 +460,5 @@ fn finish(ps: &mut ProcState, attempt: &ExecState, end: u64, errno: i32, abi: Ab
             rec.argv_len = 0;
         }
     }
-    entry.submit(maps::QUIET);
+    entry.submit(submit_flags);
 }

@@ -3,7 +3,8 @@
 //! before the child can run).
 use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{
-    ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, kind, nr, nr_ia32, stat,
+    ProcKey, ProcState, SpawnRecord, active, child_state, clone_flags, ia32_syscalls, kind, nr,
+    nr_ia32, stat,
 };
 
 use super::exit::finish as finish_exit;
@@ -23,18 +24,23 @@ pub fn on_enter(id: i64) {
 }
 
 pub fn on_newtask(ctx: &BtfTracePointContext) {
-    // A 32-bit caller's fork-family syscall, where the syscall hooks skip those: no window
-    // was opened at its entry, and the child is not followed. By the syscall's number: an
-    // ia32 io_uring_enter that starts an io worker is no spawn.
-    if maps::ia32_unseen() && maps::in_compat_syscall() {
+    // A 32-bit caller's fork-family syscall whose entry no hook saw: where the syscall
+    // hooks skip ia32 syscalls, or where sys_enter was attached for them after its entry. No
+    // window was opened, and the child is not followed. By the syscall's number: an ia32
+    // io_uring_enter that starts an io worker is no spawn.
+    let mode = maps::ia32_mode();
+    if mode != ia32_syscalls::SEEN && maps::in_compat_syscall() {
         let id = maps::current_regs().u64_at(regs::ORIG_AX) as i64;
-        if matches!(
+        let spawn = matches!(
             id,
             nr_ia32::FORK | nr_ia32::CLONE | nr_ia32::VFORK | nr::CLONE3
-        ) {
-            maps::count_unseen_spawn(maps::current_ids().0);
+        );
+        if mode == ia32_syscalls::UNSEEN || (spawn && maps::fork_in_flight().is_none()) {
+            if spawn {
+                maps::count_unseen_spawn(maps::current_ids().0);
+            }
+            return;
         }
-        return;
     }
     if maps::active(active::FORKS) == 0 {
         return;

@@ -54,6 +54,9 @@ fn as_x86_64(id: i64) -> Option<(i64, Abi)> {
 
 #[inline(always)]
 pub fn on_enter(ctx: &BtfTracePointContext) {
+    if maps::raw_hooks_for_ia32_only() && !maps::in_compat_syscall() {
+        return;
+    }
     if let Some((id, _)) = as_x86_64(ctx.arg(1)) {
         on_enter_of(|| BtfPtr::new(ctx.arg(0)), id);
     }
@@ -85,7 +88,7 @@ pub fn on_enter_of(regs: impl Fn() -> BtfPtr, id: i64) {
 
 #[inline(always)]
 pub fn on_exit(ctx: &BtfTracePointContext) {
-    if !any_window() {
+    if !any_window() || (maps::raw_hooks_for_ia32_only() && !maps::in_compat_syscall()) {
         return;
     }
     let regs = BtfPtr::new(ctx.arg(0));

@@ -36,7 +36,7 @@ pub fn run(args: MonitorArgs) -> Result<i32> {
         }
     };
     let local = listener.local_addr().ok();
-    let mut session = LiveSession::start_in(scope.as_ref(), true, args.hooks.no_ia32_syscalls)?;
+    let mut session = LiveSession::start_in(scope.as_ref(), true, args.hooks.ia32_syscalls())?;
     // A scope's cgroup that is removed leaves the metrics as they are (said once on stderr):
     // a scrape keeps working, and nothing new is counted.
     let mut said_gone = false;

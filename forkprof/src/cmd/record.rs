@@ -61,7 +61,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         Options {
             trace_all: args.pid.is_none(),
             precise_ld: args.recording.precise_ld,
-            no_ia32_syscalls: args.recording.hooks.no_ia32_syscalls,
+            ia32_syscalls: args.recording.hooks.ia32_syscalls(),
             output: Some(args.output.clone()),
             keep_args: !args.recording.no_args,
             owner: user.clone(),

@@ -109,7 +109,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     let mut session = TraceSession::start(Options {
         trace_all: false,
         precise_ld: args.recording.precise_ld,
-        no_ia32_syscalls: args.recording.hooks.no_ia32_syscalls,
+        ia32_syscalls: args.recording.hooks.ia32_syscalls(),
         output: args.output.clone(),
         keep_args: !args.recording.no_args,
         owner: user.clone(),

@@ -54,7 +54,7 @@ pub fn run(args: TopArgs) -> Result<i32> {
     };
     let runtime = session::runtime()?;
     let _in_runtime = runtime.enter();
-    let mut session = LiveSession::start_in(scope.as_ref(), false, args.hooks.no_ia32_syscalls)?;
+    let mut session = LiveSession::start_in(scope.as_ref(), false, args.hooks.ia32_syscalls())?;
     // A scope's cgroup that is removed stops top: nothing can run in it any more.
     let gone = || scope.as_ref().filter(|s| s.is_gone());
     let mut top = Top::default();

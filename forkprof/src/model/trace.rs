@@ -27,7 +27,7 @@ pub struct LostCounts {
     #[serde(skip_serializing_if = "is_zero")]
     pub recording_dropped: u64,
     /// Fork-family syscalls and execs of followed 32-bit processes that the syscall hooks in
-    /// use did not see (`--no-ia32-syscalls`): neither timed nor followed. Shown only when
+    /// use did not see (`--ia32-syscalls on-demand` or `never`): neither timed nor followed. Shown only when
     /// nonzero.
     #[serde(skip_serializing_if = "is_zero")]
     pub ia32_unseen: u64,

@@ -201,27 +201,33 @@ pub struct RecordingArgs {
 #[derive(Args, Debug)]
 pub struct HookArgs {
     /// Where the kernel refuses trampolines (fentry): `always` hooks every syscall (sys_enter
-    /// and sys_exit); `on-demand` and `never` hook only the syscalls forkprof follows (the
-    /// `syscalls:sys_enter_*` events), so that every other syscall on the machine pays about
-    /// half as much. Those events skip 32-bit processes' syscalls: `on-demand` attaches
-    /// sys_enter and sys_exit for them once a 32-bit process is seen, `never` does not. What
+    /// and sys_exit); `on-demand` (the default) and `never` hook only the syscalls forkprof
+    /// follows (the `syscalls:sys_enter_*` events), so that every other syscall on the
+    /// machine pays about half as much. Those events skip 32-bit processes' syscalls:
+    /// `on-demand` attaches sys_enter and sys_exit for them once a followed process execs a
+    /// 32-bit image (or `run`'s command is one: then from the start), `never` does not. What
     /// 32-bit processes spawn unseen is counted (`ia32_unseen`). No effect where trampolines
     /// attach.
-    #[arg(long, value_enum, value_name = "WHEN", default_value_t = Ia32Syscalls::Always)]
-    pub ia32_syscalls: Ia32Syscalls,
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub ia32_syscalls: Option<Ia32Syscalls>,
     /// The same as `--ia32-syscalls never`.
     #[arg(long, conflicts_with = "ia32_syscalls")]
     pub no_ia32_syscalls: bool,
 }
 
 impl HookArgs {
-    /// `--ia32-syscalls`, or `never` for `--no-ia32-syscalls`.
-    pub fn ia32_syscalls(&self) -> Ia32Syscalls {
+    /// `--ia32-syscalls` as given (`never` for `--no-ia32-syscalls`), if given.
+    pub fn ia32_syscalls_given(&self) -> Option<Ia32Syscalls> {
         if self.no_ia32_syscalls {
-            Ia32Syscalls::Never
+            Some(Ia32Syscalls::Never)
         } else {
             self.ia32_syscalls
         }
+    }
+
+    /// `--ia32-syscalls`, or its default.
+    pub fn ia32_syscalls(&self) -> Ia32Syscalls {
+        self.ia32_syscalls_given().unwrap_or_default()
     }
 }
 

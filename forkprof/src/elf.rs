@@ -15,6 +15,19 @@ pub enum Interp {
     Unknown,
 }
 
+/// Whether `path` is a 32-bit ELF file (a 32-bit process once exec'd); false for anything
+/// else, or what cannot be read. Reads the header only.
+pub fn is_32_bit(path: &Path) -> bool {
+    use std::io::Read as _;
+    let mut head = Vec::with_capacity(64);
+    let read = std::fs::File::open(path).and_then(|f| f.take(64).read_to_end(&mut head));
+    read.is_ok()
+        && matches!(
+            object::FileKind::parse(&head[..]),
+            Ok(object::FileKind::Elf32)
+        )
+}
+
 pub fn interp_of(path: &Path) -> Interp {
     let Ok(data) = std::fs::read(path) else {
         return Interp::Unknown;

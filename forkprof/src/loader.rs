@@ -327,11 +327,11 @@ pub const IA32_SYSCALLS_OPTION: &str = "--ia32-syscalls on-demand or never";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Ia32Syscalls {
     /// sys_enter and sys_exit from the start: every syscall of every task runs them.
-    #[default]
     Always,
     /// The classic per-syscall events, and sys_enter and sys_exit (loaded in standby) for
     /// ia32 syscalls only from the first 32-bit process that a followed process execs or
     /// forkprof sees spawn. What a 32-bit process spawns before they attach is counted.
+    #[default]
     OnDemand,
     /// The classic per-syscall events alone: what 32-bit processes spawn is counted, never
     /// timed or followed.
@@ -1068,6 +1068,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             // tracefs only for a source that is to be used (doctor does not mount it): a
             // failure shows where the events fail to attach ("tracefs not found").
             if classic_asked
+                && !opts.try_all
                 && source.hooks.iter().any(needs_tracefs)
                 && let Err(e) = ensure_tracefs()
             {

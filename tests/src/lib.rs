@@ -639,16 +639,16 @@ pub const SYSCALL_FUNCTION_HOOKS: usize = 28;
 /// tracepoints instead (where they are refused, as under lockdown).
 pub const SYSCALL_FUNCTIONS_SOURCE: &str = "fentry/fexit __x64_sys_*";
 pub const SYSCALL_TRACEPOINTS_SOURCE: &str = "tp_btf sys_enter + tp_btf sys_exit";
-/// Its source with `--no-ia32-syscalls`, where trampolines are refused: the classic
-/// per-syscall events.
+/// Its source where trampolines are refused, by default (`--ia32-syscalls on-demand`, and
+/// `never`): the classic per-syscall events.
 pub const SYSCALL_EVENTS_SOURCE: &str = "tracepoint syscalls:sys_{enter,exit}_*";
 
 /// Whether the syscalls job is attached by the source that a recording's `sources` name
 /// (`forkprof report --format json`'s `sources`), and by that one only: the `sys_enter` and
 /// `sys_exit` tracepoints (`tracepoints`, from `attached_tracepoints`) and fewer than
 /// `SYSCALL_FUNCTION_HOOKS` new fentry/fexit links, or `SYSCALL_FUNCTION_HOOKS` more links
-/// (`trampolines`, of which `before` were there already) and neither tracepoint. `Err` says
-/// what was found.
+/// (`trampolines`, of which `before` were there already) and neither tracepoint, or the
+/// classic syscall events and neither. `Err` says what was found.
 pub fn syscalls_attached(
     sources: &Value,
     tracepoints: &[String],
@@ -658,6 +658,17 @@ pub fn syscalls_attached(
     let exec = sources["exec"].as_str().unwrap_or("");
     let by_tracepoints = ["sys_enter", "sys_exit"].map(|h| tracepoints.iter().any(|t| t == h));
     let by_functions = trampolines >= before + SYSCALL_FUNCTION_HOOKS;
+    if exec.starts_with(SYSCALL_EVENTS_SOURCE) {
+        // The classic events, with sys_enter and sys_exit in standby at most: neither
+        // tracepoint attached, and no syscall function.
+        if by_tracepoints == [false; 2] && trampolines < before + SYSCALL_FUNCTION_HOOKS {
+            return Ok(());
+        }
+        return Err(format!(
+            "exec from {exec:?}, but sys_enter/sys_exit attached {by_tracepoints:?} \
+             ({tracepoints:?}) and {trampolines} fentry/fexit links, {before} before"
+        ));
+    }
     let want_tracepoints = if exec.contains(SYSCALL_TRACEPOINTS_SOURCE) {
         true
     } else if exec.contains(SYSCALL_FUNCTIONS_SOURCE) {

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use forkprof_tests::{
-    Run, SYSCALL_FUNCTIONS_SOURCE, SYSCALL_TRACEPOINTS_SOURCE, needs_root, run_traced,
-    run_traced_with, tempdir, workload,
+    Run, SYSCALL_EVENTS_SOURCE, SYSCALL_FUNCTIONS_SOURCE, SYSCALL_TRACEPOINTS_SOURCE, needs_root,
+    run_traced, run_traced_with, tempdir, workload,
 };
 use serde_json::Value;
 
@@ -731,10 +731,14 @@ fn precise_ld_matches_exec_to_main() {
         // the tracepoints or the syscall functions, as exec's does.
         let ld_map = run.report["sources"]["ld_map"].as_str().unwrap();
         let exec = run.report["sources"]["exec"].as_str().unwrap();
-        let syscalls = [SYSCALL_TRACEPOINTS_SOURCE, SYSCALL_FUNCTIONS_SOURCE]
-            .into_iter()
-            .find(|s| exec.contains(s))
-            .unwrap_or_else(|| panic!("exec from {exec:?}"));
+        let syscalls = [
+            SYSCALL_TRACEPOINTS_SOURCE,
+            SYSCALL_FUNCTIONS_SOURCE,
+            SYSCALL_EVENTS_SOURCE,
+        ]
+        .into_iter()
+        .find(|s| exec.contains(s))
+        .unwrap_or_else(|| panic!("exec from {exec:?}"));
         assert!(
             ld_map.starts_with("uprobe") && ld_map.contains(syscalls),
             "{ld_map}"

@@ -12,6 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{ReportArgs, RunArgs};
 use crate::collector::Pace;
+use crate::loader::Ia32Syscalls;
 use crate::model::{Report, report::escape, trace::ExitStatus};
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
@@ -109,7 +110,13 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     let mut session = TraceSession::start(Options {
         trace_all: false,
         precise_ld: args.recording.precise_ld,
-        ia32_syscalls: args.recording.hooks.ia32_syscalls(),
+        // A 32-bit command is followed by sys_enter and sys_exit from the start: on demand,
+        // they would attach only once its exec is seen, after its first spawns perhaps.
+        ia32_syscalls: match args.recording.hooks.ia32_syscalls_given() {
+            Some(given) => given,
+            None if crate::elf::is_32_bit(&resolved) => Ia32Syscalls::Always,
+            None => Ia32Syscalls::default(),
+        },
         output: args.output.clone(),
         keep_args: !args.recording.no_args,
         owner: user.clone(),

@@ -671,9 +671,13 @@ fn pagetable_copy(env: &[&str]) -> Result<String, String> {
     if !env.is_empty() && !source.starts_with("kprobe") {
         return Err(format!("pagetable_copy from {source:?} with {env:?}"));
     }
-    // Without trampolines the syscalls come from sys_enter and sys_exit.
+    // Without trampolines the syscalls come from the classic events (by default) or from
+    // sys_enter and sys_exit.
     let fork = report["sources"]["fork"].as_str().unwrap_or("");
-    if !env.is_empty() && !fork.starts_with("tp_btf sys_enter") {
+    if !env.is_empty()
+        && !fork.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE)
+        && !fork.starts_with("tp_btf sys_enter")
+    {
         return Err(format!("fork from {fork:?} with {env:?}"));
     }
     // Where fentry attaches (do_wp_page's says so), no mmap_lock event is hooked: dup_mmap,

@@ -2,16 +2,18 @@
 # What every other syscall on the host pays while forkprof's hooks are attached: a loop of
 # bare getppid(2) calls (bench/syscall_loop.c), which forkprof never follows, timed under
 # each row and, just before it, bare. Where fentry is refused (as under lockdown), the
-# syscalls job hooks the sys_enter and sys_exit tracepoints, and then every syscall of
-# every task passes two programs while they are attached, in `run` as in `monitor`. Rows:
+# syscalls job hooks the classic events of the syscalls it follows by default
+# (`--ia32-syscalls on-demand`: until a 32-bit process shows up), or the sys_enter and
+# sys_exit tracepoints (`--ia32-syscalls always`), and then every syscall of every task
+# passes two programs while they are attached, in `run` as in `monitor`. Rows:
 #   run             forkprof run -- LOOP (the loop is the traced command)
+#   run-always      forkprof run --ia32-syscalls always -- LOOP
 #   monitor         the loop beside forkprof monitor (trace-all mode)
-#   monitor-empty   the same with FORKPROF_BENCH_EMPTY=1: the hooks' floor
+#   monitor-always  the loop beside forkprof monitor --ia32-syscalls always
+#   monitor-empty   monitor --ia32-syscalls always with FORKPROF_BENCH_EMPTY=1: the floor of
+#                   sys_enter and sys_exit with forkprof's programs emptied
 #   raw-floor       empty programs on the raw tracepoints sys_enter and sys_exit
 #                   (bench/hook-floor.py raw), no forkprof code at all
-#   run-no-ia32     forkprof run --no-ia32-syscalls -- LOOP: the classic syscall events of the
-#                   syscalls forkprof follows instead of sys_enter and sys_exit
-#   monitor-no-ia32 forkprof monitor --no-ia32-syscalls beside the loop
 #   classic-floor   empty programs on those classic syscalls:* events (bench/hook-floor.py
 #                   classic), which skip ia32 syscalls (docs/kernel-findings.md)
 #   bpftrace        bpftrace bench/phases.bt -c LOOP, the peer of `cargo xtask bench` (classic
@@ -45,11 +47,11 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   case $1 in
     bare) "$loop" "$calls" ;;
     run) "$fp" run -- "$loop" "$calls" 2>/dev/null ;;
-    run-no-ia32) "$fp" run --no-ia32-syscalls -- "$loop" "$calls" 2>/dev/null ;;
-    monitor | monitor-empty | monitor-no-ia32)
+    run-always) "$fp" run --ia32-syscalls always -- "$loop" "$calls" 2>/dev/null ;;
+    monitor | monitor-empty | monitor-always)
       local empty=0 flags=()
       [ "$1" != monitor-empty ] || empty=1
-      [ "$1" != monitor-no-ia32 ] || flags=(--no-ia32-syscalls)
+      [ "$1" = monitor ] || flags=(--ia32-syscalls always)
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
         env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor "${flags[@]}" --listen 127.0.0.1:0
       "$loop" "$calls"
@@ -63,7 +65,7 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   esac > "$work/ns"
   grep -qE '^[0-9.]+$' "$work/ns" || { echo "syscall-tax: $1 measured nothing" >&2; exit 1; }
 }
-rows="run run-no-ia32 monitor monitor-no-ia32 monitor-empty raw-floor classic-floor"
+rows="run run-always monitor monitor-always monitor-empty raw-floor classic-floor"
 if command -v bpftrace > /dev/null; then rows="$rows bpftrace"; fi
 for round in $(seq "${ROUNDS:-7}"); do
   for row in $rows; do

@@ -583,6 +583,11 @@ impl TraceSession {
     pub fn finish(self, report: &Report, mut meta: Vec<(String, String)>) -> Result<()> {
         if let Some(w) = self.writer {
             meta.push(("ended_ns".into(), monotonic_ns().to_string()));
+            // Again: hooks attached on demand since the start change them.
+            meta.push((
+                "sources".into(),
+                serde_json::to_string(&self.tracer.sources()).unwrap_or_default(),
+            ));
             w.finish(&self.trace, report, meta)?;
         }
         Ok(())

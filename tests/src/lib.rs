@@ -758,14 +758,16 @@ pub fn children_of<'a>(report: &'a Value, path: &str) -> Result<Vec<&'a Value>, 
         .collect())
 }
 
-/// Checks forkprof's report of one run of the `spawn32` fixture at `path`: its four children,
-/// made by ia32 fork, clone(SIGCHLD), vfork and fork, each with its parent, method and fork
-/// time; three exec `true` (/bin/true, 64-bit), and the last fails to exec `SPAWN32_MISSING`
-/// (ENOENT, timed as exec_failed, its path and argv read from the 32-bit caller) and exits
-/// 127.
+/// Checks forkprof's report (of a run, or of a recording with `--processes`) of one run of
+/// the `spawn32` fixture at `path`: its four children, made by ia32 fork, clone(SIGCHLD),
+/// vfork and fork, each with its parent, method and fork time; three exec `true`
+/// (/bin/true, 64-bit), and the last fails to exec `SPAWN32_MISSING` (ENOENT, timed as
+/// exec_failed, its path and argv read from the 32-bit caller) and exits 127.
 /// Returns a one-line summary, or what is wrong.
 pub fn check_spawn32(report: &Value, path: &str) -> Result<String, String> {
-    let kids = children_of(report, path)?;
+    let mut kids = children_of(report, path)?;
+    // In the order they were made (a recording's report lists processes in another).
+    kids.sort_by_key(|p| p["start_ns"].as_u64());
     let summary: Vec<String> = kids
         .iter()
         .map(|p| {

@@ -247,6 +247,81 @@ fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `record --cgroup` by default (`--ia32-syscalls on-demand`) where trampolines are refused
+/// (here by `FORKPROF_TEST_NO_FENTRY=1`): the classic events are armed with the group's
+/// hooks, sys_enter and sys_exit wait in standby, and once the first 32-bit spawner in the
+/// group has exec'd they attach. Each of its four spawns is followed or counted; a second
+/// spawner, two seconds later, is followed whole. The recording's sources, written at its
+/// start, are written again at its end, and say the hooks were attached.
+#[test]
+fn record_attaches_the_ia32_hooks_once_a_32_bit_process_is_seen() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("ia32-on-demand.db");
+    let (first, second) = (dir.join("spawn32-first"), dir.join("spawn32-second"));
+    forkprof_tests::build_spawn32(&first).unwrap();
+    std::fs::copy(&first, &second).unwrap();
+    let mut groups = forkprof_tests::Groups::new("ia32od");
+    let group = groups.make("spawner");
+    let mut shell = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "echo $$ > {}/cgroup.procs && read go && {} && sleep 2 && {}",
+                group.display(),
+                first.display(),
+                second.display()
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let procs = group.join("cgroup.procs");
+    forkprof_tests::wait_for("the shell to move in", Duration::from_secs(10), || {
+        let pids = std::fs::read_to_string(&procs).unwrap_or_default();
+        (!pids.trim().is_empty()).then_some(())
+    });
+    let mut rec = Command::new(forkprof())
+        .args(["record", "--cgroup"])
+        .arg(groups.shown("spawner"))
+        .arg("-o")
+        .arg(&db)
+        .env("FORKPROF_TEST_NO_FENTRY", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&mut rec);
+    use std::io::Write as _;
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    assert!(shell.wait().unwrap().success());
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let (code, rep, err) = report_json(&db, &["--processes"]);
+    assert_eq!(code, 0, "{err}");
+    let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
+    assert!(
+        exec.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE)
+            && exec.contains("tp_btf sys_enter + tp_btf sys_exit, attached when the first"),
+        "exec from {exec:?}"
+    );
+    let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
+    let first = first.to_str().unwrap();
+    let early = forkprof_tests::children_of(&rep, first)
+        .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
+    assert_eq!(
+        early.len() as u64 + unseen,
+        4,
+        "the first spawner: {} children followed, {unseen} unseen",
+        early.len()
+    );
+    match forkprof_tests::check_spawn32(&rep, second.to_str().unwrap()) {
+        Ok(detail) => eprintln!("{detail}"),
+        Err(e) => panic!("{e}\nreport: {}", rep["processes"]),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A hangup (the terminal closed) ends a recording as Ctrl-C does: exit 0, the recording
 /// finished (it used to die of SIGHUP, exit 129, its log not folded in and its end not
 /// written). Under `nohup` (SIGHUP ignored from the start) it goes on.

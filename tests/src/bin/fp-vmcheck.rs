@@ -487,6 +487,42 @@ fn ia32(env: &[&str]) -> Result<String, String> {
     forkprof_tests::check_spawn32(&report, SPAWN32)
 }
 
+/// `--ia32-syscalls on-demand` (the default) where trampolines are refused (`env`:
+/// FORKPROF_TEST_NO_FENTRY=1): the classic syscall events, with sys_enter and sys_exit
+/// attached for ia32 syscalls once a followed process execs a 32-bit image. Each of the
+/// first 32-bit spawner's four spawns is followed or counted as unseen; a second one, two
+/// seconds later, is followed whole.
+fn ia32_on_demand(env: &[&str]) -> Result<String, String> {
+    let second = "/tmp/spawn32-second";
+    std::fs::copy(SPAWN32, second).map_err(|e| format!("copying {SPAWN32}: {e}"))?;
+    let script = format!("{SPAWN32}; sleep 2; {second}");
+    let report = run_report_flags(
+        env,
+        &["--ia32-syscalls", "on-demand"],
+        &["/bin/sh", "-c", &script],
+        "/tmp/ia32-on-demand.json",
+    )?;
+    let exec = report["sources"]["exec"].as_str().unwrap_or("");
+    if !exec.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE)
+        || !exec.contains("attached when the first was seen")
+    {
+        return Err(format!("exec from {exec:?}"));
+    }
+    let unseen = report["summary"]["lost"]["ia32_unseen"]
+        .as_u64()
+        .unwrap_or(0);
+    let early = forkprof_tests::children_of(&report, SPAWN32)?.len() as u64;
+    if early + unseen != 4 {
+        return Err(format!(
+            "the first spawner: {early} children followed and {unseen} unseen (want 4 in all)"
+        ));
+    }
+    let second_whole = forkprof_tests::check_spawn32(&report, second)?;
+    Ok(format!(
+        "the first spawner: {early} followed, {unseen} unseen; the second: {second_whole}"
+    ))
+}
+
 /// `--no-ia32-syscalls`. Where fentry attaches it changes nothing: the 32-bit spawner is
 /// followed whole from the syscall functions. With `env` FORKPROF_TEST_NO_FENTRY=1 the
 /// classic syscall events are the source: the spawner's four fork-family syscalls are
@@ -957,6 +993,10 @@ fn guest() -> i32 {
     t.check("ia32", ia32(&[]));
     t.check("ia32-tracepoints", ia32(&["FORKPROF_TEST_NO_FENTRY=1"]));
     t.check("no-ia32-syscalls", no_ia32_syscalls(&[]));
+    t.check(
+        "ia32-on-demand-events",
+        ia32_on_demand(&["FORKPROF_TEST_NO_FENTRY=1"]),
+    );
     t.check(
         "no-ia32-syscalls-events",
         no_ia32_syscalls(&["FORKPROF_TEST_NO_FENTRY=1"]),

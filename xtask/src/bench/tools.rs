@@ -20,11 +20,12 @@ pub(super) enum Tool {
     ForkprofPreciseLd,
     /// `forkprof run --precise-ld` with FORKPROF_BENCH_EMPTY=1: its floor, uprobes included
     ForkprofPreciseLdEmpty,
-    /// `forkprof run --no-ia32-syscalls`: where trampolines are refused, the classic syscall
-    /// events of the syscalls forkprof follows instead of sys_enter and sys_exit
-    ForkprofNoIa32,
-    /// `forkprof run --no-ia32-syscalls` with FORKPROF_BENCH_EMPTY=1: its floor
-    ForkprofNoIa32Empty,
+    /// `forkprof run --ia32-syscalls always`: where trampolines are refused, sys_enter and
+    /// sys_exit for every syscall instead of the classic events of the syscalls forkprof
+    /// follows (the default)
+    ForkprofAlways,
+    /// `forkprof run --ia32-syscalls always` with FORKPROF_BENCH_EMPTY=1: its floor
+    ForkprofAlwaysEmpty,
     /// `forkprof record` of the whole system, started before the loop and stopped after it
     Record,
     /// `forkprof record --cgroup` of an empty cgroup made for the bench, around the loop
@@ -46,8 +47,8 @@ pub(super) const ALL_TOOLS: [Tool; 13] = [
     Tool::ForkprofEmpty,
     Tool::ForkprofPreciseLd,
     Tool::ForkprofPreciseLdEmpty,
-    Tool::ForkprofNoIa32,
-    Tool::ForkprofNoIa32Empty,
+    Tool::ForkprofAlways,
+    Tool::ForkprofAlwaysEmpty,
     Tool::Record,
     Tool::RecordCgroup,
     Tool::Monitor,
@@ -67,8 +68,8 @@ impl Tool {
             Tool::ForkprofEmpty => "forkprof run, empty programs",
             Tool::ForkprofPreciseLd => "forkprof run --precise-ld",
             Tool::ForkprofPreciseLdEmpty => "forkprof run --precise-ld, empty programs",
-            Tool::ForkprofNoIa32 => "forkprof run --no-ia32-syscalls",
-            Tool::ForkprofNoIa32Empty => "forkprof run --no-ia32-syscalls, empty programs",
+            Tool::ForkprofAlways => "forkprof run --ia32-syscalls always",
+            Tool::ForkprofAlwaysEmpty => "forkprof run --ia32-syscalls always, empty programs",
             Tool::Record => "forkprof record",
             Tool::RecordCgroup => "forkprof record --cgroup (idle)",
             Tool::Monitor => "forkprof monitor",
@@ -97,7 +98,7 @@ impl Tool {
         match self {
             Tool::Forkprof => Some(Tool::ForkprofEmpty),
             Tool::ForkprofPreciseLd => Some(Tool::ForkprofPreciseLdEmpty),
-            Tool::ForkprofNoIa32 => Some(Tool::ForkprofNoIa32Empty),
+            Tool::ForkprofAlways => Some(Tool::ForkprofAlwaysEmpty),
             _ => None,
         }
     }
@@ -110,8 +111,8 @@ impl Tool {
                 | Tool::ForkprofEmpty
                 | Tool::ForkprofPreciseLd
                 | Tool::ForkprofPreciseLdEmpty
-                | Tool::ForkprofNoIa32
-                | Tool::ForkprofNoIa32Empty
+                | Tool::ForkprofAlways
+                | Tool::ForkprofAlwaysEmpty
                 | Tool::Record
                 | Tool::RecordCgroup
                 | Tool::Monitor
@@ -126,8 +127,8 @@ impl Tool {
             | Tool::ForkprofEmpty
             | Tool::ForkprofPreciseLd
             | Tool::ForkprofPreciseLdEmpty
-            | Tool::ForkprofNoIa32
-            | Tool::ForkprofNoIa32Empty
+            | Tool::ForkprofAlways
+            | Tool::ForkprofAlwaysEmpty
             | Tool::Record
             | Tool::RecordCgroup
             | Tool::Monitor => None,
@@ -186,8 +187,8 @@ pub(super) const PINNABLE: [Tool; 7] = [
     Tool::ForkprofEmpty,
     Tool::ForkprofPreciseLd,
     Tool::ForkprofPreciseLdEmpty,
-    Tool::ForkprofNoIa32,
-    Tool::ForkprofNoIa32Empty,
+    Tool::ForkprofAlways,
+    Tool::ForkprofAlwaysEmpty,
 ];
 
 impl Paths {
@@ -231,7 +232,7 @@ impl Paths {
         let mut env = Vec::new();
         if matches!(
             tool,
-            Some(Tool::ForkprofEmpty | Tool::ForkprofPreciseLdEmpty | Tool::ForkprofNoIa32Empty)
+            Some(Tool::ForkprofEmpty | Tool::ForkprofPreciseLdEmpty | Tool::ForkprofAlwaysEmpty)
         ) {
             env.push(("FORKPROF_BENCH_EMPTY", "1"));
         }
@@ -268,8 +269,8 @@ impl Paths {
                 | Tool::ForkprofEmpty
                 | Tool::ForkprofPreciseLd
                 | Tool::ForkprofPreciseLdEmpty
-                | Tool::ForkprofNoIa32
-                | Tool::ForkprofNoIa32Empty),
+                | Tool::ForkprofAlways
+                | Tool::ForkprofAlwaysEmpty),
             ) => {
                 // The check under the table reads the real default run's report only.
                 let report = match t {
@@ -277,16 +278,16 @@ impl Paths {
                     Tool::ForkprofEmpty => "forkprof-empty-report.json",
                     Tool::ForkprofPreciseLd => "forkprof-precise-ld-report.json",
                     Tool::ForkprofPreciseLdEmpty => "forkprof-precise-ld-empty-report.json",
-                    Tool::ForkprofNoIa32 => "forkprof-no-ia32-report.json",
-                    _ => "forkprof-no-ia32-empty-report.json",
+                    Tool::ForkprofAlways => "forkprof-always-report.json",
+                    _ => "forkprof-always-empty-report.json",
                 };
                 let mut c = self.on_cpu(AGENT_CPU, &self.forkprof);
                 c.arg("run");
                 if matches!(t, Tool::ForkprofPreciseLd | Tool::ForkprofPreciseLdEmpty) {
                     c.arg("--precise-ld");
                 }
-                if matches!(t, Tool::ForkprofNoIa32 | Tool::ForkprofNoIa32Empty) {
-                    c.arg("--no-ia32-syscalls");
+                if matches!(t, Tool::ForkprofAlways | Tool::ForkprofAlwaysEmpty) {
+                    c.args(["--ia32-syscalls", "always"]);
                 }
                 c.args(["--json", "--report"]).arg(self.dir.join(report));
                 let inner = self.on_cpu(LOOP_CPU, &self.spawn_loop);

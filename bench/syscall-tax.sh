@@ -10,6 +10,10 @@
 #   run-always      forkprof run --ia32-syscalls always -- LOOP
 #   monitor         the loop beside forkprof monitor (trace-all mode)
 #   monitor-always  the loop beside forkprof monitor --ia32-syscalls always
+#   run-ia32-seen   forkprof run -- sh -c 'SPAWN32; LOOP': a 32-bit spawner first
+#                   (tests/fixtures/spawn32.c), so that sys_enter and sys_exit are attached
+#                   on demand, for ia32 syscalls only, beside the classic events
+#   monitor-ia32-seen  the same beside forkprof monitor: SPAWN32 once, then the loop
 #   monitor-empty   monitor --ia32-syscalls always with FORKPROF_BENCH_EMPTY=1: the floor of
 #                   sys_enter and sys_exit with forkprof's programs emptied
 #   raw-floor       empty programs on the raw tracepoints sys_enter and sys_exit
@@ -43,17 +47,24 @@ if [ ! -d "$tracefs/events" ]; then
 fi
 loop=$work/syscall_loop
 gcc -O2 -o "$loop" "$root/bench/syscall_loop.c"
+spawn32=$work/spawn32
+gcc -m32 -O1 -static -nostdlib -fno-pic -fno-stack-protector -o "$spawn32" \
+  "$root/tests/fixtures/spawn32.c"
 measure() { # ROW: the loop's ns per call, into $work/ns
   case $1 in
     bare) "$loop" "$calls" ;;
     run) "$fp" run -- "$loop" "$calls" 2>/dev/null ;;
     run-always) "$fp" run --ia32-syscalls always -- "$loop" "$calls" 2>/dev/null ;;
-    monitor | monitor-empty | monitor-always)
+    # The loop's line is the last: the spawner prints nothing.
+    run-ia32-seen) "$fp" run -- sh -c '"$1"; sleep 0.5; "$2" "$3"' sh "$spawn32" "$loop" \
+      "$calls" 2>/dev/null ;;
+    monitor | monitor-empty | monitor-always | monitor-ia32-seen)
       local empty=0 flags=()
       [ "$1" != monitor-empty ] || empty=1
-      [ "$1" = monitor ] || flags=(--ia32-syscalls always)
+      case $1 in monitor-empty | monitor-always) flags=(--ia32-syscalls always) ;; esac
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
         env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor "${flags[@]}" --listen 127.0.0.1:0
+      if [ "$1" = monitor-ia32-seen ]; then "$spawn32"; sleep 0.5; fi
       "$loop" "$calls"
       kill -INT "$agent"; wait "$agent" || true; agent= ;;
     raw-floor) python3 "$root/bench/hook-floor.py" raw "$loop" "$calls" ;;
@@ -65,7 +76,7 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   esac > "$work/ns"
   grep -qE '^[0-9.]+$' "$work/ns" || { echo "syscall-tax: $1 measured nothing" >&2; exit 1; }
 }
-rows="run run-always monitor monitor-always monitor-empty raw-floor classic-floor"
+rows="run run-always run-ia32-seen monitor monitor-always monitor-ia32-seen monitor-empty raw-floor classic-floor"
 if command -v bpftrace > /dev/null; then rows="$rows bpftrace"; fi
 for round in $(seq "${ROUNDS:-7}"); do
   for row in $rows; do

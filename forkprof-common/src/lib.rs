@@ -96,20 +96,22 @@ pub mod stat {
 pub mod ia32_syscalls {
     /// Slot: one of the modes below.
     pub const MODE: u32 = 0;
-    /// Slot: set to 1 by the kernel in mode `UNSEEN` when it sees a 32-bit process it
-    /// follows exec or spawn; the agent then attaches sys_enter and sys_exit, if it holds
-    /// them in standby (`--ia32-syscalls on-demand`).
+    /// Slot: set to 1 by the kernel in mode `STANDBY` when it sees a 32-bit process it
+    /// follows exec or spawn; the agent then attaches sys_enter and sys_exit.
     pub const WANTED: u32 = 1;
     pub const SLOTS: u32 = 2;
     /// The hooks see every syscall: sys_enter and sys_exit, or the syscall functions'
     /// trampolines (which include the ia32 ones).
     pub const SEEN: u32 = 0;
-    /// The classic syscall events only: ia32 syscalls are unseen, and what they spawn is
-    /// counted (`stat::IA32_UNSEEN`).
+    /// The classic syscall events only (`--ia32-syscalls never`): ia32 syscalls are unseen,
+    /// and what they spawn is counted (`stat::IA32_UNSEEN`).
     pub const UNSEEN: u32 = 1;
+    /// The same, with sys_enter and sys_exit loaded in standby (`--ia32-syscalls
+    /// on-demand`): the kernel also asks for them (`WANTED`).
+    pub const STANDBY: u32 = 2;
     /// The classic syscall events for x86-64 syscalls, and sys_enter and sys_exit for ia32
     /// syscalls only (they return at once for any other).
-    pub const RAW_FOR_IA32: u32 = 2;
+    pub const RAW_FOR_IA32: u32 = 3;
 }
 
 /// Slots of `PROC_SLOTS`, the direct-mapped array of traced processes (a power of two: the

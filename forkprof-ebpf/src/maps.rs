@@ -170,7 +170,7 @@ const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 
 /// Flags for a record that must wake the agent at once: a 32-bit process's exec while the
-/// agent holds the hooks for its syscalls in standby (`want_ia32_hooks`).
+/// agent holds the hooks for its syscalls in standby (`ia32_standby`, `want_ia32_hooks`).
 pub const WAKE: u64 = BPF_RB_FORCE_WAKEUP;
 
 /// Flags for the ring-buffer submit of every record but a process's exit: no wakeup. The
@@ -198,10 +198,11 @@ pub fn ia32_mode() -> u32 {
         .map_or(ia32_syscalls::SEEN, |m| *m)
 }
 
-/// Whether the syscall hooks in use skip ia32 syscalls (the classic events alone).
+/// Whether the agent holds sys_enter and sys_exit in standby, to attach them for ia32
+/// syscalls once asked (`want_ia32_hooks`).
 #[inline(always)]
-pub fn ia32_unseen() -> bool {
-    ia32_mode() == ia32_syscalls::UNSEEN
+pub fn ia32_standby() -> bool {
+    ia32_mode() == ia32_syscalls::STANDBY
 }
 
 /// Whether sys_enter and sys_exit are attached beside the classic events, for ia32 syscalls
@@ -212,12 +213,14 @@ pub fn raw_hooks_for_ia32_only() -> bool {
 }
 
 /// Counts a spawn of a 32-bit process that the syscall hooks did not see
-/// (`stat::IA32_UNSEEN`), and asks the agent for the hooks that would see the next
-/// (`ia32_syscalls::WANTED`; it attaches them if it holds them in standby).
+/// (`stat::IA32_UNSEEN`), and asks the agent for the hooks that would see the next, if it
+/// holds them in standby.
 #[inline(always)]
 pub fn count_ia32_unseen() {
     count_lost(stat::IA32_UNSEEN);
-    want_ia32_hooks();
+    if ia32_standby() {
+        want_ia32_hooks();
+    }
 }
 
 /// Asks the agent to attach sys_enter and sys_exit for ia32 syscalls (`ia32_syscalls::WANTED`).

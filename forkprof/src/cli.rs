@@ -204,8 +204,9 @@ pub struct HookArgs {
     /// and sys_exit); `on-demand` (the default) and `never` hook only the syscalls forkprof
     /// follows (the `syscalls:sys_enter_*` events), so that every other syscall on the
     /// machine pays about half as much. Those events skip 32-bit processes' syscalls:
-    /// `on-demand` attaches sys_enter and sys_exit for them once a followed process execs a
-    /// 32-bit image (or `run`'s command is one: then from the start), `never` does not. What
+    /// `on-demand` attaches sys_enter and sys_exit for them (and from then on every syscall
+    /// pays for both) once a followed process execs a 32-bit image or a 32-bit process's
+    /// spawn goes unseen (`run` of a 32-bit command: from the start); `never` does not. What
     /// 32-bit processes spawn unseen is counted (`ia32_unseen`). No effect where trampolines
     /// attach.
     #[arg(long, value_enum, value_name = "WHEN")]

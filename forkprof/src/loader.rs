@@ -1154,11 +1154,15 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
             .is_some_and(|i| js.job.sources[i].asked_by == Some(IA32_SYSCALLS_OPTION))
         {
             classic = true;
-            js.note = Some(ia32_note(opts.ia32_syscalls, !standby.is_empty(), false));
+            // doctor attaches sys_enter and sys_exit as a source of their own, and holds
+            // none in standby: its note says what a session would do.
+            let on_demand = !standby.is_empty()
+                || (opts.try_all && opts.ia32_syscalls == Ia32Syscalls::OnDemand);
+            js.note = Some(ia32_note(opts.ia32_syscalls, on_demand, false));
         }
     }
     if classic && !deferred.iter().any(|h| needs_tracefs(h)) {
-        set_ia32_mode(&mut ebpf, ia32_syscalls::UNSEEN)?;
+        set_ia32_mode(&mut ebpf, classic_mode(&standby))?;
     }
     // Only now may the kernel follow processes: a window opened while the program that closes
     // it was still to be attached would stay open, and its gate with it, for the whole session.
@@ -1188,6 +1192,9 @@ fn ia32_note(mode: Ia32Syscalls, standby: bool, attached: bool) -> String {
         (Ia32Syscalls::OnDemand, true, false) => "32-bit processes' syscalls: tp_btf sys_enter \
                                                   + tp_btf sys_exit on demand, none seen"
             .into(),
+        (Ia32Syscalls::OnDemand, false, false) => "skips 32-bit processes' syscalls: tp_btf \
+                                                   sys_enter + tp_btf sys_exit failed to load"
+            .into(),
         _ => "skips 32-bit processes' syscalls: --ia32-syscalls never".into(),
     }
 }
@@ -1213,13 +1220,26 @@ fn load_standby(
         }
     }
     if loaded.len() != source.hooks.len() {
+        for status in hooks.iter_mut().filter(|s| s.status == "standby") {
+            status.status = "unused";
+        }
         return Vec::new();
     }
     loaded
 }
 
+/// The kernel's mode once the classic syscall events are attached: with sys_enter and
+/// sys_exit in standby (`standby`), or without.
+fn classic_mode(standby: &[&'static Hook]) -> u32 {
+    if standby.is_empty() {
+        ia32_syscalls::UNSEEN
+    } else {
+        ia32_syscalls::STANDBY
+    }
+}
+
 /// Tells the kernel how the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`);
-/// from `UNSEEN` on, it counts what 32-bit processes spawn unseen.
+/// from `UNSEEN` or `STANDBY` on, it counts what 32-bit processes spawn unseen.
 fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
     let mut map = aya::maps::Array::<_, u32>::try_from(
         ebpf.map_mut("IA32_SYSCALLS")
@@ -1246,7 +1266,7 @@ pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     if map.get(&ia32_syscalls::WANTED, 0)? == 0 {
         return Ok(false);
     }
-    // The mode first: attached in mode UNSEEN, they would take every syscall, which the
+    // The mode first: attached in mode STANDBY, they would take every syscall, which the
     // classic events take too. In this mode, a 32-bit spawn whose entry they miss while
     // they attach is counted.
     map.set(ia32_syscalls::MODE, ia32_syscalls::RAW_FOR_IA32, 0)
@@ -1254,14 +1274,32 @@ pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     let mut hooks = std::mem::take(&mut loaded.standby);
     // sys_exit first: a window opened at an entry is closed at its return.
     hooks.sort_by_key(|h| opens_windows(h));
-    for h in hooks {
+    let attached = hooks.iter().try_for_each(|h| {
         attach_loaded(&mut loaded.ebpf, h)
-            .with_context(|| format!("attaching {} for ia32 syscalls", h.target.label()))?;
-        for status in loaded.hooks.iter_mut() {
-            if status.status == "standby" && status.target == h.target.name() {
-                status.status = "attached";
-            }
+            .with_context(|| format!("attaching {} for ia32 syscalls", h.target.label()))
+    });
+    if let Err(e) = attached {
+        // None left half attached (sys_exit alone would run on every syscall for nothing);
+        // the kernel counts what the classic events skip, as with `never`.
+        for h in &hooks {
+            unload(&mut loaded.ebpf, h);
         }
+        set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::UNSEEN)?;
+        for status in loaded.hooks.iter_mut().filter(|s| s.status == "standby") {
+            status.status = "failed";
+            status.error = Some(format!("{e:#}"));
+        }
+        for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
+            js.note = Some(
+                "skips 32-bit processes' syscalls: tp_btf sys_enter + tp_btf sys_exit failed \
+                 to attach"
+                    .into(),
+            );
+        }
+        return Err(e);
+    }
+    for status in loaded.hooks.iter_mut().filter(|s| s.status == "standby") {
+        status.status = "attached";
     }
     for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
         js.note = Some(ia32_note(Ia32Syscalls::OnDemand, true, true));
@@ -1283,13 +1321,12 @@ pub fn arm(loaded: &mut Loaded) -> Result<()> {
     let classic = loaded.deferred.iter().any(|h| needs_tracefs(h));
     if classic {
         ensure_tracefs()?;
+        // Before the events attach: a 32-bit spawn in the scope meanwhile is counted.
+        set_ia32_mode(&mut loaded.ebpf, classic_mode(&loaded.standby))?;
     }
     for h in std::mem::take(&mut loaded.deferred) {
         attach_loaded(&mut loaded.ebpf, h)
             .with_context(|| format!("attaching {}", h.target.label()))?;
-    }
-    if classic {
-        set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::UNSEEN)?;
     }
     for status in &mut loaded.hooks {
         if status.status == "deferred" {
@@ -1619,10 +1656,10 @@ mod tests {
             "tracepoint syscalls:sys_{enter,exit}_* (skips 32-bit processes' syscalls: \
              --ia32-syscalls never)"
         );
-        // On demand, but sys_enter and sys_exit failed to load: as `never`.
         assert_eq!(
             classic(Ia32Syscalls::OnDemand, false, false),
-            classic(Ia32Syscalls::Never, false, false)
+            "tracepoint syscalls:sys_{enter,exit}_* (skips 32-bit processes' syscalls: tp_btf \
+             sys_enter + tp_btf sys_exit failed to load)"
         );
         assert_eq!(
             classic(Ia32Syscalls::OnDemand, true, false),

@@ -586,7 +586,7 @@ impl TraceSession {
             // Again: hooks attached on demand since the start change them.
             meta.push((
                 "sources".into(),
-                serde_json::to_string(&self.tracer.sources()).unwrap_or_default(),
+                serde_json::to_string(&self.tracer.loaded.sources()).unwrap_or_default(),
             ));
             w.finish(&self.trace, report, meta)?;
         }

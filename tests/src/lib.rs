@@ -659,9 +659,11 @@ pub fn syscalls_attached(
     let by_tracepoints = ["sys_enter", "sys_exit"].map(|h| tracepoints.iter().any(|t| t == h));
     let by_functions = trampolines >= before + SYSCALL_FUNCTION_HOOKS;
     if exec.starts_with(SYSCALL_EVENTS_SOURCE) {
-        // The classic events, with sys_enter and sys_exit in standby at most: neither
-        // tracepoint attached, and no syscall function.
-        if by_tracepoints == [false; 2] && trampolines < before + SYSCALL_FUNCTION_HOOKS {
+        // The classic events (whose links name no tracepoint in their fdinfo), and no
+        // syscall function; sys_enter and sys_exit only once attached on demand for a
+        // 32-bit process, else in standby.
+        let on_demand = exec.contains("attached when the first was seen");
+        if by_tracepoints == [on_demand; 2] && trampolines < before + SYSCALL_FUNCTION_HOOKS {
             return Ok(());
         }
         return Err(format!(

@@ -267,7 +267,7 @@ fn record_attaches_the_ia32_hooks_once_a_32_bit_process_is_seen() {
         .args([
             "-c",
             &format!(
-                "echo $$ > {}/cgroup.procs && read go && {} && sleep 2 && {}",
+                "echo $$ > {}/cgroup.procs && read go && {} && sleep 2 && {}; :",
                 group.display(),
                 first.display(),
                 second.display()

@@ -322,7 +322,7 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
     // A followed process turns 32-bit where the syscall hooks skip ia32 syscalls: before it
     // spawns anything, the agent is woken to attach the hooks that see them, if it holds
     // them in standby.
-    let flags = if abi == Abi::Ia32 && maps::ia32_unseen() {
+    let flags = if abi == Abi::Ia32 && maps::ia32_standby() {
         maps::want_ia32_hooks();
         maps::WAKE
     } else {

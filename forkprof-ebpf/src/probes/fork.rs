@@ -27,15 +27,18 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
     // A 32-bit caller's fork-family syscall whose entry no hook saw: where the syscall
     // hooks skip ia32 syscalls, or where sys_enter was attached for them after its entry. No
     // window was opened, and the child is not followed. By the syscall's number: an ia32
-    // io_uring_enter that starts an io worker is no spawn.
+    // io_uring_enter that starts an io worker is no spawn, nor is a new thread.
     let mode = maps::ia32_mode();
     if mode != ia32_syscalls::SEEN && maps::in_compat_syscall() {
         let id = maps::current_regs().u64_at(regs::ORIG_AX) as i64;
-        let spawn = matches!(
-            id,
-            nr_ia32::FORK | nr_ia32::CLONE | nr_ia32::VFORK | nr::CLONE3
-        );
-        if mode == ia32_syscalls::UNSEEN || (spawn && maps::fork_in_flight().is_none()) {
+        let thread = ctx.arg::<u64>(1) & clone_flags::CLONE_THREAD != 0;
+        let spawn = !thread
+            && matches!(
+                id,
+                nr_ia32::FORK | nr_ia32::CLONE | nr_ia32::VFORK | nr::CLONE3
+            );
+        let skipped = mode != ia32_syscalls::RAW_FOR_IA32;
+        if skipped || (spawn && maps::fork_in_flight().is_none()) {
             if spawn {
                 maps::count_unseen_spawn(maps::current_ids().0);
             }

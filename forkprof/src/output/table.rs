@@ -275,7 +275,7 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         };
         if s.lost.ia32_unseen > 0 {
             dropped.push_str(&format!(
-                ", spawns of 32-bit processes unseen {} (--ia32-syscalls)",
+                ", spawns of 32-bit processes unseen {} (--ia32-syscalls always sees them)",
                 s.lost.ia32_unseen
             ));
         }

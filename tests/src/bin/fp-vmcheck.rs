@@ -495,7 +495,8 @@ fn ia32(env: &[&str]) -> Result<String, String> {
 fn ia32_on_demand(env: &[&str]) -> Result<String, String> {
     let second = "/tmp/spawn32-second";
     std::fs::copy(SPAWN32, second).map_err(|e| format!("copying {SPAWN32}: {e}"))?;
-    let script = format!("{SPAWN32}; sleep 2; {second}");
+    // `:` last, so that the shell does not exec the second spawner in its place.
+    let script = format!("{SPAWN32}; sleep 2; {second}; :");
     let report = run_report_flags(
         env,
         &["--ia32-syscalls", "on-demand"],
@@ -848,7 +849,7 @@ fn cgroup_scope() -> Result<String, String> {
     // No hot hook while the group is empty: no hot tracepoint, and no fentry or fexit but
     // the one non-hot job's (begin_new_exec, before 6.10). Once it has a process, the
     // syscalls job's hooks: its fentry/fexit on the syscall functions where trampolines
-    // attach (these kernels), else sys_enter and sys_exit. page_fault_user and the mmap_lock
+    // attach (these kernels), else the classic syscall events (or sys_enter and sys_exit). page_fault_user and the mmap_lock
     // pair attach only where fentry on do_wp_page and dup_mmap's calls is refused.
     let hot = forkprof_tests::HOT_TRACEPOINTS;
     if idle_trampolines > 1 {

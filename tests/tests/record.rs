@@ -182,6 +182,53 @@ fn record_system_wide_for_a_duration() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `forkprof record --cgroup GROUP -o DB FLAGS` (with `FORKPROF_TEST_NO_FENTRY=1`) of a new
+/// group `name`/spawner of `groups`, into which a shell moves first, so that the recording
+/// arms its hooks before it says it records; the shell then runs `script` once told to.
+/// Returns once the shell and the recording (stopped by SIGINT) have both exited 0.
+fn record_group_running(
+    groups: &mut forkprof_tests::Groups,
+    db: &Path,
+    flags: &[&str],
+    script: &str,
+) {
+    let group = groups.make("spawner");
+    let mut shell = Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "echo $$ > {}/cgroup.procs && read go && {script}",
+                group.display()
+            ),
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let procs = group.join("cgroup.procs");
+    forkprof_tests::wait_for("the shell to move in", Duration::from_secs(10), || {
+        let pids = std::fs::read_to_string(&procs).unwrap_or_default();
+        (!pids.trim().is_empty()).then_some(())
+    });
+    let mut rec = Command::new(forkprof())
+        .arg("record")
+        .args(flags)
+        .arg("--cgroup")
+        .arg(groups.shown("spawner"))
+        .arg("-o")
+        .arg(db)
+        .env("FORKPROF_TEST_NO_FENTRY", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until_recording(&mut rec);
+    use std::io::Write as _;
+    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
+    assert!(shell.wait().unwrap().success());
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+}
+
 /// `record --cgroup --no-ia32-syscalls`, where trampolines are refused (here by
 /// `FORKPROF_TEST_NO_FENTRY=1`, so that every host takes this path): the 32-bit spawner in
 /// the group makes four fork-family syscalls that the classic syscall events skip, and each
@@ -196,42 +243,8 @@ fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
     let bin = dir.join("spawn32");
     forkprof_tests::build_spawn32(&bin).unwrap();
     let mut groups = forkprof_tests::Groups::new("ia32");
-    let group = groups.make("spawner");
-    // In the group first, so that the recording arms its hooks before it says it records;
-    // the spawner runs once told to.
-    let mut shell = Command::new("sh")
-        .args([
-            "-c",
-            &format!(
-                "echo $$ > {}/cgroup.procs && read go && exec {}",
-                group.display(),
-                bin.display()
-            ),
-        ])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let procs = group.join("cgroup.procs");
-    forkprof_tests::wait_for("the shell to move in", Duration::from_secs(10), || {
-        let pids = std::fs::read_to_string(&procs).unwrap_or_default();
-        (!pids.trim().is_empty()).then_some(())
-    });
-    let mut rec = Command::new(forkprof())
-        .args(["record", "--no-ia32-syscalls", "--cgroup"])
-        .arg(groups.shown("spawner"))
-        .arg("-o")
-        .arg(&db)
-        .env("FORKPROF_TEST_NO_FENTRY", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until_recording(&mut rec);
-    use std::io::Write as _;
-    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
-    assert!(shell.wait().unwrap().success());
-    // SAFETY: plain syscall.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let script = format!("exec {}", bin.display());
+    record_group_running(&mut groups, &db, &["--no-ia32-syscalls"], &script);
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
     let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
@@ -262,41 +275,9 @@ fn record_attaches_the_ia32_hooks_once_a_32_bit_process_is_seen() {
     forkprof_tests::build_spawn32(&first).unwrap();
     std::fs::copy(&first, &second).unwrap();
     let mut groups = forkprof_tests::Groups::new("ia32od");
-    let group = groups.make("spawner");
-    let mut shell = Command::new("sh")
-        .args([
-            "-c",
-            &format!(
-                "echo $$ > {}/cgroup.procs && read go && {} && sleep 2 && {}; :",
-                group.display(),
-                first.display(),
-                second.display()
-            ),
-        ])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let procs = group.join("cgroup.procs");
-    forkprof_tests::wait_for("the shell to move in", Duration::from_secs(10), || {
-        let pids = std::fs::read_to_string(&procs).unwrap_or_default();
-        (!pids.trim().is_empty()).then_some(())
-    });
-    let mut rec = Command::new(forkprof())
-        .args(["record", "--cgroup"])
-        .arg(groups.shown("spawner"))
-        .arg("-o")
-        .arg(&db)
-        .env("FORKPROF_TEST_NO_FENTRY", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until_recording(&mut rec);
-    use std::io::Write as _;
-    writeln!(shell.stdin.take().unwrap(), "go").unwrap();
-    assert!(shell.wait().unwrap().success());
-    // SAFETY: plain syscall.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    // `:` last, so that the shell does not exec the second spawner in its place.
+    let script = format!("{} && sleep 2 && {}; :", first.display(), second.display());
+    record_group_running(&mut groups, &db, &[], &script);
     let (code, rep, err) = report_json(&db, &["--processes"]);
     assert_eq!(code, 0, "{err}");
     let exec = rep["sources"]["exec"].as_str().unwrap_or_default();

@@ -23,8 +23,8 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 << 20, 0);
 #[map]
 pub static PROC_SLOTS: Array<ProcState> = Array::with_max_entries(PROC_SLOT_COUNT, 0);
 
-/// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`: `SEEN`, `UNSEEN`
-/// or `RAW_FOR_IA32`), and whether the kernel wants sys_enter and sys_exit attached for them
+/// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`: `SEEN`, `UNSEEN`,
+/// `STANDBY` or `RAW_FOR_IA32`), and whether the kernel wants sys_enter and sys_exit attached for them
 /// (`ia32_syscalls::WANTED`). The agent sets the mode once it knows which hooks attached,
 /// before any process is followed; read once per spawn, and by sys_enter and sys_exit on
 /// every hit.

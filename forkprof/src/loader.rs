@@ -240,9 +240,10 @@ const SYSCALL_FUNCTIONS: &[Hook] = &[
     ),
 ];
 
-/// The classic syscall events of the syscalls forkprof needs (`--ia32-syscalls on-demand` or `never`): where
-/// trampolines are refused, they cost every other syscall a third to two thirds of what
-/// sys_enter and sys_exit do, but they skip every ia32 syscall (docs/kernel-findings.md).
+/// The classic syscall events of the syscalls forkprof needs (`--ia32-syscalls on-demand`
+/// or `never`): where trampolines are refused, they cost every other syscall a third to two
+/// thirds of what sys_enter and sys_exit do, but they skip every ia32 syscall
+/// (docs/kernel-findings.md).
 const SYSCALL_EVENTS: &[Hook] = &[
     hook(
         "forkprof_ev_clone_entry",
@@ -1027,16 +1028,14 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                     && source.asked_by.is_none()
                     && standby.is_empty()
                 {
-                    load_standby(
+                    standby = load_standby(
                         &mut ebpf,
                         &kernel,
                         vmlinux.as_ref(),
                         job,
                         source,
                         &mut hooks,
-                    )
-                    .into_iter()
-                    .for_each(|h| standby.push(h));
+                    );
                     continue;
                 }
                 for h in source.hooks {
@@ -1238,14 +1237,19 @@ fn classic_mode(standby: &[&'static Hook]) -> u32 {
     }
 }
 
+/// The map `IA32_SYSCALLS` (`ia32_syscalls::*` slots).
+fn ia32_map(ebpf: &mut Ebpf) -> Result<aya::maps::Array<&mut aya::maps::MapData, u32>> {
+    Ok(aya::maps::Array::try_from(
+        ebpf.map_mut("IA32_SYSCALLS")
+            .context("map IA32_SYSCALLS missing")?,
+    )?)
+}
+
 /// Tells the kernel how the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`);
 /// from `UNSEEN` or `STANDBY` on, it counts what 32-bit processes spawn unseen.
 fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
-    let mut map = aya::maps::Array::<_, u32>::try_from(
-        ebpf.map_mut("IA32_SYSCALLS")
-            .context("map IA32_SYSCALLS missing")?,
-    )?;
-    map.set(ia32_syscalls::MODE, mode, 0)
+    ia32_map(ebpf)?
+        .set(ia32_syscalls::MODE, mode, 0)
         .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")
 }
 
@@ -1257,20 +1261,13 @@ pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     if loaded.standby.is_empty() {
         return Ok(false);
     }
-    let mut map = aya::maps::Array::<_, u32>::try_from(
-        loaded
-            .ebpf
-            .map_mut("IA32_SYSCALLS")
-            .context("map IA32_SYSCALLS missing")?,
-    )?;
-    if map.get(&ia32_syscalls::WANTED, 0)? == 0 {
+    if ia32_map(&mut loaded.ebpf)?.get(&ia32_syscalls::WANTED, 0)? == 0 {
         return Ok(false);
     }
     // The mode first: attached in mode STANDBY, they would take every syscall, which the
     // classic events take too. In this mode, a 32-bit spawn whose entry they miss while
     // they attach is counted.
-    map.set(ia32_syscalls::MODE, ia32_syscalls::RAW_FOR_IA32, 0)
-        .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")?;
+    set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::RAW_FOR_IA32)?;
     let mut hooks = std::mem::take(&mut loaded.standby);
     // sys_exit first: a window opened at an entry is closed at its return.
     hooks.sort_by_key(|h| opens_windows(h));

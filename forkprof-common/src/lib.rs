@@ -99,7 +99,11 @@ pub mod ia32_syscalls {
     /// Slot: set to 1 by the kernel in mode `STANDBY` when it sees a 32-bit process it
     /// follows exec or spawn; the agent then attaches sys_enter and sys_exit.
     pub const WANTED: u32 = 1;
-    pub const SLOTS: u32 = 2;
+    /// Slot: how many followed processes run a 32-bit image now (`ProcState::ia32`). The
+    /// agent detaches sys_enter and sys_exit from ia32 syscalls once it has read 0 here for
+    /// a while, and goes back to `STANDBY`.
+    pub const LIVE: u32 = 2;
+    pub const SLOTS: u32 = 3;
     /// The hooks see every syscall: sys_enter and sys_exit, or the syscall functions'
     /// trampolines (which include the ia32 ones).
     pub const SEEN: u32 = 0;
@@ -421,6 +425,11 @@ pub struct ProcState {
     pub cow_ns_parent_base: u64,
     /// Fault time while this process had fork children inside their windows.
     pub cow_ns_as_parent: u64,
+    /// 1 while this process runs a 32-bit image, as far as forkprof saw it: it exec'd one, a
+    /// 32-bit parent forked it, or it was first seen in an ia32 syscall. Counted in
+    /// `ia32_syscalls::LIVE` while set.
+    pub ia32: u32,
+    pub _pad_ia32: u32,
     /// The main thread's fork-family syscall in flight (`start_ns` 0: none). Other threads'
     /// forks are in the map `FORKS`: most forks come from a process's main thread, and this
     /// saves them a hash insert, delete and two lookups (docs/kernel-findings.md).

@@ -212,6 +212,25 @@ pub fn raw_hooks_for_ia32_only() -> bool {
     ia32_mode() == ia32_syscalls::RAW_FOR_IA32
 }
 
+/// Adds `delta` to the count of followed 32-bit processes (`ia32_syscalls::LIVE`).
+#[inline(always)]
+fn ia32_live_add(delta: i32) {
+    if let Some(p) = IA32_SYSCALLS.get_ptr_mut(ia32_syscalls::LIVE) {
+        // SAFETY: an array value, valid and aligned for the map's life.
+        add_u32(unsafe { &mut *p }, delta);
+    }
+}
+
+/// Marks whether process `ps` runs a 32-bit image now (`ProcState::ia32`), keeping
+/// `ia32_syscalls::LIVE` right.
+#[inline(always)]
+pub fn set_ia32(ps: &mut ProcState, ia32: bool) {
+    if (ps.ia32 != 0) != ia32 {
+        ps.ia32 = u32::from(ia32);
+        ia32_live_add(if ia32 { 1 } else { -1 });
+    }
+}
+
 /// Counts a spawn of a 32-bit process that the syscall hooks did not see
 /// (`stat::IA32_UNSEEN`), and asks the agent for the hooks that would see the next, if it
 /// holds them in standby.
@@ -571,6 +590,8 @@ pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
             pid: tgid,
             _pad: 0,
         },
+        // First seen in an ia32 syscall: a 32-bit process (see `ProcState::ia32`).
+        ia32: u32::from(in_compat_syscall()),
         ..Default::default()
     };
     // Another thread of the process may have added it since the lookup: then that entry
@@ -591,6 +612,8 @@ pub struct NewProc {
     pub child_state: u32,
     pub cow_parent_base: u64,
     pub cow_ns_parent_base: u64,
+    /// `ProcState::ia32`, counted in `ia32_syscalls::LIVE` once the entry is in.
+    pub ia32: u32,
 }
 
 /// `bpf_map_update_elem` flag: fail with `EEXIST` when the key is present.
@@ -640,6 +663,9 @@ pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInsert
     if claimed {
         // SAFETY: this slot is ours now.
         fill(unsafe { &mut *slot }, new);
+        if new.ia32 != 0 {
+            ia32_live_add(1);
+        }
         return Ok(slot);
     }
     if held_by == u64::from(tgid) {
@@ -658,6 +684,9 @@ pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInsert
     match inserted {
         Ok(()) => {
             active_add(active::SPILLED, 1);
+            if new.ia32 != 0 {
+                ia32_live_add(1);
+            }
             PROCS_SPILL.get_ptr_mut(tgid).ok_or(NotInserted::Lost)
         }
         Err(e) if -(e as i64) == EEXIST => Err(NotInserted::Present),
@@ -677,13 +706,19 @@ fn fill(ps: &mut ProcState, new: &NewProc) {
     ps.child_state = new.child_state;
     ps.cow_parent_base = new.cow_parent_base;
     ps.cow_ns_parent_base = new.cow_ns_parent_base;
+    ps.ia32 = new.ia32;
 }
 
 /// Removes process `tgid` from the traced set. Its slot is zeroed word by word and then
-/// freed (`owner` last), so that the next claim finds it all zeros.
+/// freed (`owner` last), so that the next claim finds it all zeros. A 32-bit process leaves
+/// `ia32_syscalls::LIVE`.
 #[inline(always)]
 pub fn remove_proc(tgid: u32) {
     if let Some(slot) = owned_slot(tgid) {
+        // SAFETY: the slot of a traced process.
+        if unsafe { (*slot).ia32 } != 0 {
+            ia32_live_add(-1);
+        }
         let words = slot.cast::<u64>();
         const WORDS: usize = core::mem::size_of::<ProcState>() / 8;
         // Word 0 is `owner`: it is freed last.
@@ -695,8 +730,18 @@ pub fn remove_proc(tgid: u32) {
         unsafe { core::ptr::write_volatile(words, 0) };
         return;
     }
-    if active(active::SPILLED) != 0 && PROCS_SPILL.remove(tgid).is_ok() {
+    if active(active::SPILLED) == 0 {
+        return;
+    }
+    // SAFETY: the map value of a traced process, read before it is removed.
+    let ia32 = PROCS_SPILL
+        .get_ptr(tgid)
+        .is_some_and(|p| unsafe { (*p).ia32 } != 0);
+    if PROCS_SPILL.remove(tgid).is_ok() {
         active_add(active::SPILLED, -1);
+        if ia32 {
+            ia32_live_add(-1);
+        }
     }
 }
 

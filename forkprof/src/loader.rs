@@ -10,11 +10,15 @@
 //! its program was written for (the arguments it reads); it attaches only when this kernel's
 //! BTF prototype starts with that, so no program reads a guessed slot.
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint, TracePoint},
+    programs::{
+        BtfTracePoint, FEntry, FExit, KProbe, RawTracePoint, TracePoint,
+        tp_btf::BtfTracePointLinkId,
+    },
 };
 use serde::Serialize;
 
@@ -670,8 +674,70 @@ pub struct Loaded {
     /// attaches them.
     pub deferred: Vec<&'static Hook>,
     /// sys_enter and sys_exit, loaded but not attached (`Ia32Syscalls::OnDemand` where the
-    /// classic syscall events are used): `attach_ia32_hooks` attaches them.
+    /// classic syscall events are used): `tend_ia32_hooks` attaches them.
     pub standby: Vec<&'static Hook>,
+    /// The same hooks while they are attached on demand, and what they did.
+    pub ia32: Ia32OnDemand,
+}
+
+/// `--ia32-syscalls on-demand`'s sys_enter and sys_exit once attached: attached while
+/// followed 32-bit processes run, and detached `linger` after the last has gone
+/// (`tend_ia32_hooks`).
+pub struct Ia32OnDemand {
+    /// Their links while attached (empty otherwise).
+    links: Vec<(&'static Hook, BtfTracePointLinkId)>,
+    attaches: u32,
+    detaches: u32,
+    /// Since when the kernel has counted no followed 32-bit process
+    /// (`ia32_syscalls::LIVE`), while attached.
+    idle_since: Option<Instant>,
+    /// How long none has to be left before they are detached: 10 s, so that a build that runs
+    /// 32-bit tools one after another keeps them (`FORKPROF_TEST_IA32_LINGER_MS`, tests
+    /// only, shortens it).
+    linger: Duration,
+}
+
+impl Ia32OnDemand {
+    fn new() -> Self {
+        let linger = std::env::var("FORKPROF_TEST_IA32_LINGER_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(Duration::from_secs(10), Duration::from_millis);
+        Self {
+            links: Vec::new(),
+            attaches: 0,
+            detaches: 0,
+            idle_since: None,
+            linger,
+        }
+    }
+
+    /// Whether sys_enter and sys_exit are attached for ia32 syscalls now.
+    pub fn attached(&self) -> bool {
+        !self.links.is_empty()
+    }
+
+    /// The syscalls job's source note once they have been attached.
+    fn note(&self) -> String {
+        let base = ia32_note(Ia32Syscalls::OnDemand, true, true);
+        if self.detaches == 0 {
+            return base;
+        }
+        let linger = if self.linger.subsec_millis() == 0 {
+            format!("{} s", self.linger.as_secs())
+        } else {
+            format!("{} ms", self.linger.as_millis())
+        };
+        base.replace(
+            "attached when the first was seen",
+            &format!(
+                "attached when the first was seen and detached once none was left for {linger}, \
+                 {} time{}",
+                self.attaches,
+                if self.attaches == 1 { "" } else { "s" }
+            ),
+        )
+    }
 }
 
 impl Loaded {
@@ -1178,6 +1244,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         hooks,
         deferred,
         standby,
+        ia32: Ia32OnDemand::new(),
     })
 }
 
@@ -1253,11 +1320,23 @@ fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
         .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")
 }
 
-/// `--ia32-syscalls on-demand`: once the kernel has seen a 32-bit process that forkprof
-/// follows (`ia32_syscalls::WANTED`), attaches sys_enter and sys_exit from standby, for ia32
-/// syscalls only (the classic events keep the rest). Whether it attached them now; after an
-/// error it does not try again, and the kernel goes on counting what it does not see.
-pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
+/// `--ia32-syscalls on-demand`, after each batch the agent reads: attaches sys_enter and
+/// sys_exit from standby once the kernel asks for them, and detaches them again once no
+/// followed 32-bit process has been left for `Ia32OnDemand::linger`. Whether it attached
+/// them now; after an error in an attach it does not try again, and the kernel goes on
+/// counting what it does not see.
+pub fn tend_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
+    if loaded.ia32.attached() {
+        detach_idle_ia32_hooks(loaded, now)?;
+        return Ok(false);
+    }
+    attach_ia32_hooks(loaded)
+}
+
+/// Attaches sys_enter and sys_exit from standby, for ia32 syscalls only (the classic
+/// events keep the rest), once the kernel has seen a 32-bit process that forkprof follows
+/// (`ia32_syscalls::WANTED`).
+fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     if loaded.standby.is_empty() {
         return Ok(false);
     }
@@ -1271,11 +1350,15 @@ pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     let mut hooks = std::mem::take(&mut loaded.standby);
     // sys_exit first: a window opened at an entry is closed at its return.
     hooks.sort_by_key(|h| opens_windows(h));
+    let mut links = Vec::new();
     let attached = hooks.iter().try_for_each(|h| {
-        attach_loaded(&mut loaded.ebpf, h)
-            .with_context(|| format!("attaching {} for ia32 syscalls", h.target.label()))
+        let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
+        links.push((*h, p.attach()?));
+        anyhow::Ok(())
     });
-    if let Err(e) = attached {
+    if let Err(e) =
+        attached.with_context(|| "attaching tp_btf sys_enter and sys_exit for ia32 syscalls")
+    {
         // None left half attached (sys_exit alone would run on every syscall for nothing);
         // the kernel counts what the classic events skip, as with `never`.
         for h in &hooks {
@@ -1295,13 +1378,71 @@ pub fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
         }
         return Err(e);
     }
-    for status in loaded.hooks.iter_mut().filter(|s| s.status == "standby") {
-        status.status = "attached";
-    }
-    for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
-        js.note = Some(ia32_note(Ia32Syscalls::OnDemand, true, true));
-    }
+    loaded.ia32.links = links;
+    loaded.ia32.attaches += 1;
+    loaded.ia32.idle_since = None;
+    set_standby_status(loaded, "standby", "attached");
     Ok(true)
+}
+
+/// Detaches sys_enter and sys_exit, back to standby, once the kernel has counted no
+/// followed 32-bit process (`ia32_syscalls::LIVE`) for `Ia32OnDemand::linger`: from then
+/// on, every other syscall pays for the classic events alone again.
+fn detach_idle_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<()> {
+    let live =
+        |ebpf: &mut Ebpf| -> Result<u32> { Ok(ia32_map(ebpf)?.get(&ia32_syscalls::LIVE, 0)?) };
+    if live(&mut loaded.ebpf)? != 0 {
+        loaded.ia32.idle_since = None;
+        return Ok(());
+    }
+    let since = *loaded.ia32.idle_since.get_or_insert(now);
+    if now.duration_since(since) < loaded.ia32.linger {
+        return Ok(());
+    }
+    loaded.ia32.idle_since = None;
+    ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 0, 0)?;
+    // sys_enter first: a window it opened is closed at a return that sys_exit still sees.
+    let mut links = std::mem::take(&mut loaded.ia32.links);
+    links.sort_by_key(|(h, _)| !opens_windows(h));
+    for (h, link) in links {
+        let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
+        p.detach(link)
+            .with_context(|| format!("detaching {} from ia32 syscalls", h.target.label()))?;
+        loaded.standby.push(h);
+    }
+    // Only now: in mode RAW_FOR_IA32 without the hooks, a 32-bit process's exec asks for
+    // nothing, but it is counted in LIVE, read again below.
+    set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::STANDBY)?;
+    if live(&mut loaded.ebpf)? != 0 {
+        ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 1, 0)?;
+    }
+    loaded.ia32.detaches += 1;
+    set_standby_status(loaded, "attached", "standby");
+    Ok(())
+}
+
+/// The statuses of the on-demand hooks move from `from` to `to`, and the syscalls job's
+/// note says what they have done.
+fn set_standby_status(loaded: &mut Loaded, from: &'static str, to: &'static str) {
+    let on_demand: Vec<String> = loaded
+        .ia32
+        .links
+        .iter()
+        .map(|(h, _)| *h)
+        .chain(loaded.standby.iter().copied())
+        .map(|h| h.target.detailed_label())
+        .collect();
+    for status in loaded
+        .hooks
+        .iter_mut()
+        .filter(|s| s.status == from && on_demand.contains(&s.hook))
+    {
+        status.status = to;
+    }
+    let note = loaded.ia32.note();
+    for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
+        js.note = Some(note.clone());
+    }
 }
 
 /// A syscall-entry hook of the syscalls job: where a fork's or an exec's window opens.

@@ -326,19 +326,20 @@ impl Tracer {
                     route(Traced::InScope(in_scope));
                 }
             }
-            self.attach_ia32_hooks();
+            self.tend_ia32_hooks();
             tick(&self.collector)?;
         }
     }
 
     /// `--ia32-syscalls on-demand`: attaches the hooks that see 32-bit processes' syscalls
-    /// once the kernel asks for them (`loader::attach_ia32_hooks`). A failure is said on
-    /// stderr, not fatal: the kernel goes on counting what they would have seen.
-    fn attach_ia32_hooks(&mut self) {
-        if self.loaded.standby.is_empty() {
+    /// once the kernel asks for them, and detaches them once none is left
+    /// (`loader::tend_ia32_hooks`). A failure is said on stderr, not fatal: the kernel goes
+    /// on counting what they would have seen.
+    fn tend_ia32_hooks(&mut self) {
+        if self.loaded.standby.is_empty() && !self.loaded.ia32.attached() {
             return;
         }
-        if let Err(e) = loader::attach_ia32_hooks(&mut self.loaded) {
+        if let Err(e) = loader::tend_ia32_hooks(&mut self.loaded, std::time::Instant::now()) {
             eprintln!("forkprof: {e:#}; what 32-bit processes spawn is counted unseen");
         }
     }

@@ -720,7 +720,20 @@ pub const SPAWN32_MISSING: &str = "/nonexistent/fp-spawn32";
 /// Builds tests/fixtures/spawn32.c, a 32-bit process that spawns through the ia32 syscall
 /// table only, into `out` (gcc -m32 without a libc: any gcc with 32-bit code generation).
 pub fn build_spawn32(out: &Path) -> Result<(), String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/spawn32.c");
+    build_32_bit("spawn32.c", out)
+}
+
+/// Builds tests/fixtures/wait32.c, a 32-bit process that sleeps a second and then execs its
+/// first argument (a 32-bit program), at `out`.
+pub fn build_wait32(out: &Path) -> Result<(), String> {
+    build_32_bit("wait32.c", out)
+}
+
+/// Builds the 32-bit fixture `name` (no libc) at `out`.
+fn build_32_bit(name: &str, out: &Path) -> Result<(), String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
     let built = Command::new("gcc")
         .args([
             "-m32",

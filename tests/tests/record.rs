@@ -190,6 +190,7 @@ fn record_group_running(
     groups: &mut forkprof_tests::Groups,
     db: &Path,
     flags: &[&str],
+    env: &[(&str, &str)],
     script: &str,
 ) {
     let group = groups.make("spawner");
@@ -217,6 +218,7 @@ fn record_group_running(
         .arg("-o")
         .arg(db)
         .env("FORKPROF_TEST_NO_FENTRY", "1")
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -244,7 +246,7 @@ fn record_no_ia32_syscalls_keeps_the_count_of_what_it_did_not_see() {
     forkprof_tests::build_spawn32(&bin).unwrap();
     let mut groups = forkprof_tests::Groups::new("ia32");
     let script = format!("exec {}", bin.display());
-    record_group_running(&mut groups, &db, &["--no-ia32-syscalls"], &script);
+    record_group_running(&mut groups, &db, &["--no-ia32-syscalls"], &[], &script);
     let (code, rep, err) = report_json(&db, &[]);
     assert_eq!(code, 0, "{err}");
     let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
@@ -277,18 +279,78 @@ fn record_attaches_the_ia32_hooks_once_a_32_bit_process_is_seen() {
     let mut groups = forkprof_tests::Groups::new("ia32od");
     // `:` last, so that the shell does not exec the second spawner in its place.
     let script = format!("{} && sleep 2 && {}; :", first.display(), second.display());
-    record_group_running(&mut groups, &db, &[], &script);
+    record_group_running(&mut groups, &db, &[], &[], &script);
     let (code, rep, err) = report_json(&db, &["--processes"]);
     assert_eq!(code, 0, "{err}");
     let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
+    // Attached once: the hooks linger 10 s after the first spawner, and the second comes
+    // within them.
     assert!(
         exec.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE)
-            && exec.contains("tp_btf sys_enter + tp_btf sys_exit, attached when the first"),
+            && exec.contains(
+                "tp_btf sys_enter + tp_btf sys_exit, attached when the first was seen, \
+                 --ia32-syscalls on-demand"
+            ),
         "exec from {exec:?}"
     );
     let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
     let first = first.to_str().unwrap();
     let early = forkprof_tests::children_of(&rep, first)
+        .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
+    assert_eq!(
+        early.len() as u64 + unseen,
+        4,
+        "the first spawner: {} children followed, {unseen} unseen",
+        early.len()
+    );
+    match forkprof_tests::check_spawn32(&rep, second.to_str().unwrap()) {
+        Ok(detail) => eprintln!("{detail}"),
+        Err(e) => panic!("{e}\nreport: {}", rep["processes"]),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--ia32-syscalls on-demand` detaches sys_enter and sys_exit once no followed 32-bit
+/// process has been left for their linger (200 ms here, `FORKPROF_TEST_IA32_LINGER_MS`; 10 s
+/// by default), and attaches them again for the next. The first spawner in the group runs,
+/// and the hooks go while the shell sleeps. Then `wait32`, a 32-bit process, sleeps a second
+/// (five lingers) spawning nothing, and execs the second spawner: the hooks, attached again at
+/// its exec, stay while it lives, so the second spawner is followed whole. Its note says the
+/// hooks were attached twice.
+#[test]
+fn record_detaches_the_ia32_hooks_once_no_32_bit_process_is_left() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("ia32-detach.db");
+    let (first, second, wait32) = (
+        dir.join("spawn32-first"),
+        dir.join("spawn32-second"),
+        dir.join("wait32"),
+    );
+    forkprof_tests::build_spawn32(&first).unwrap();
+    std::fs::copy(&first, &second).unwrap();
+    forkprof_tests::build_wait32(&wait32).unwrap();
+    let mut groups = forkprof_tests::Groups::new("ia32dt");
+    let script = format!(
+        "{} && sleep 1.5 && {} {}; :",
+        first.display(),
+        wait32.display(),
+        second.display()
+    );
+    let linger = [("FORKPROF_TEST_IA32_LINGER_MS", "200")];
+    record_group_running(&mut groups, &db, &[], &linger, &script);
+    let (code, rep, err) = report_json(&db, &["--processes"]);
+    assert_eq!(code, 0, "{err}");
+    let exec = rep["sources"]["exec"].as_str().unwrap_or_default();
+    assert!(
+        exec.contains(
+            "tp_btf sys_enter + tp_btf sys_exit, attached when the first was seen and detached \
+             once none was left for 200 ms, 2 times"
+        ),
+        "exec from {exec:?}"
+    );
+    let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
+    let early = forkprof_tests::children_of(&rep, first.to_str().unwrap())
         .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
     assert_eq!(
         early.len() as u64 + unseen,

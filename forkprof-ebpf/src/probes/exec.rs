@@ -386,7 +386,8 @@ enum ArgsFrom {
 
 /// Ends the attempt in flight at `end` (`errno` 0: it succeeded) and sends its record. A
 /// success also ends the fork child's copy-on-write window and, for a 64-bit image (`abi`),
-/// opens the dynamic-linker window, which starts where the exec ends. A 32-bit image's
+/// opens the dynamic-linker window, which starts where the exec ends, and marks whether the
+/// process runs a 32-bit image now (`maps::set_ia32`). A 32-bit image's
 /// dynamic linker is i386 ld.so, whose syscalls the window's state machine does not read (it
 /// sets TLS with set_thread_area, not arch_prctl): it gets none.
 #[inline(always)]
@@ -407,6 +408,7 @@ fn finish(
         // A window still open from an earlier exec (its image exec'd again before it closed)
         // is given up without a record.
         dynlink::abandon(ps);
+        maps::set_ia32(ps, abi == Abi::Ia32);
         if abi == Abi::X64 {
             maps::active_add(active::LD, 1);
             ps.ld_state = ld_state::START;

@@ -14,6 +14,9 @@
 #                   (tests/fixtures/spawn32.c), so that sys_enter and sys_exit are attached
 #                   on demand, for ia32 syscalls only, beside the classic events
 #   monitor-ia32-seen  the same beside forkprof monitor: SPAWN32 once, then the loop
+#   monitor-ia32-gone  the same, with 11 s between them: the on-demand hooks are detached
+#                   10 s after the last 32-bit process has gone, so the loop runs with the
+#                   classic events alone again
 #   monitor-empty   monitor --ia32-syscalls always with FORKPROF_BENCH_EMPTY=1: the floor of
 #                   sys_enter and sys_exit with forkprof's programs emptied
 #   raw-floor       empty programs on the raw tracepoints sys_enter and sys_exit
@@ -58,13 +61,14 @@ measure() { # ROW: the loop's ns per call, into $work/ns
     # The loop's line is the last: the spawner prints nothing.
     run-ia32-seen) "$fp" run -- sh -c '"$1"; sleep 0.5; "$2" "$3"' sh "$spawn32" "$loop" \
       "$calls" 2>/dev/null ;;
-    monitor | monitor-empty | monitor-always | monitor-ia32-seen)
+    monitor | monitor-empty | monitor-always | monitor-ia32-seen | monitor-ia32-gone)
       local empty=0 flags=()
       [ "$1" != monitor-empty ] || empty=1
       case $1 in monitor-empty | monitor-always) flags=(--ia32-syscalls always) ;; esac
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
         env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor "${flags[@]}" --listen 127.0.0.1:0
       if [ "$1" = monitor-ia32-seen ]; then "$spawn32"; sleep 0.5; fi
+      if [ "$1" = monitor-ia32-gone ]; then "$spawn32"; sleep 11; fi
       "$loop" "$calls"
       kill -INT "$agent"; wait "$agent" || true; agent= ;;
     raw-floor) python3 "$root/bench/hook-floor.py" raw "$loop" "$calls" ;;
@@ -76,7 +80,7 @@ measure() { # ROW: the loop's ns per call, into $work/ns
   esac > "$work/ns"
   grep -qE '^[0-9.]+$' "$work/ns" || { echo "syscall-tax: $1 measured nothing" >&2; exit 1; }
 }
-rows="run run-always run-ia32-seen monitor monitor-always monitor-ia32-seen monitor-empty raw-floor classic-floor"
+rows="run run-always run-ia32-seen monitor monitor-always monitor-ia32-seen monitor-ia32-gone monitor-empty raw-floor classic-floor"
 if command -v bpftrace > /dev/null; then rows="$rows bpftrace"; fi
 for round in $(seq "${ROUNDS:-7}"); do
   for row in $rows; do

@@ -398,11 +398,14 @@ fn build_initramfs(dir: &Path, host_tests: &[(&str, PathBuf)]) -> Result<PathBuf
             dynamic.push(fp.join(name));
         }
     }
-    // A 32-bit process that spawns through the ia32 syscall table only, for fp-vmcheck's
-    // ia32 checks: built by the same function as the host test's.
-    run(Command::new(root().join("target/debug/fp-vmcheck"))
-        .arg("build-spawn32")
-        .arg(fp.join("spawn32")))?;
+    // A 32-bit process that spawns through the ia32 syscall table only, and one that waits
+    // and execs another, for fp-vmcheck's ia32 checks: built by the same functions as the
+    // host tests'.
+    for fixture in ["spawn32", "wait32"] {
+        run(Command::new(root().join("target/debug/fp-vmcheck"))
+            .arg(format!("build-{fixture}"))
+            .arg(fp.join(fixture)))?;
+    }
     for bin in BINS {
         let src = root().join("target/debug").join(bin);
         // Without debug info: forkprof's is most of its size, and the guest never needs it.

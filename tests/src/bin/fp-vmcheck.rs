@@ -16,6 +16,8 @@ use serde_json::Value;
 const FORKPROF: &str = "/fp/forkprof";
 /// A 32-bit process that spawns through the ia32 syscall table (tests/fixtures/spawn32.c).
 const SPAWN32: &str = "/fp/spawn32";
+/// A 32-bit process that sleeps a second and then execs its argument (wait32.c).
+const WAIT32: &str = "/fp/wait32";
 const WORKLOAD: &str = "/fp/fp-workload";
 const DYN: &str = "/fp/dyn_true";
 const STATIC: &str = "/fp/static_true";
@@ -524,6 +526,31 @@ fn ia32_on_demand(env: &[&str]) -> Result<String, String> {
     ))
 }
 
+/// `--ia32-syscalls on-demand` with the hooks' linger shortened to 200 ms: they are
+/// detached while the shell sleeps after the first spawner, attached again at wait32's exec,
+/// kept while it sleeps a second, and the second spawner it execs is followed whole.
+fn ia32_on_demand_detach(env: &[&str]) -> Result<String, String> {
+    let second = "/tmp/spawn32-after-wait";
+    std::fs::copy(SPAWN32, second).map_err(|e| format!("copying {SPAWN32}: {e}"))?;
+    let script = format!("{SPAWN32}; sleep 3; {WAIT32} {second}; :");
+    let mut env = env.to_vec();
+    env.push("FORKPROF_TEST_IA32_LINGER_MS=200");
+    let report = run_report_flags(
+        &env,
+        &["--ia32-syscalls", "on-demand"],
+        &["/bin/sh", "-c", &script],
+        "/tmp/ia32-on-demand-detach.json",
+    )?;
+    let exec = report["sources"]["exec"].as_str().unwrap_or("");
+    if !exec.contains("detached once none was left for 200 ms, 2 times") {
+        return Err(format!("exec from {exec:?}"));
+    }
+    let second_whole = forkprof_tests::check_spawn32(&report, second)?;
+    Ok(format!(
+        "attached twice; the second spawner: {second_whole}"
+    ))
+}
+
 /// `--no-ia32-syscalls`. Where fentry attaches it changes nothing: the 32-bit spawner is
 /// followed whole from the syscall functions. With `env` FORKPROF_TEST_NO_FENTRY=1 the
 /// classic syscall events are the source: the spawner's four fork-family syscalls are
@@ -999,6 +1026,10 @@ fn guest() -> i32 {
         ia32_on_demand(&["FORKPROF_TEST_NO_FENTRY=1"]),
     );
     t.check(
+        "ia32-on-demand-detach",
+        ia32_on_demand_detach(&["FORKPROF_TEST_NO_FENTRY=1"]),
+    );
+    t.check(
         "no-ia32-syscalls-events",
         no_ia32_syscalls(&["FORKPROF_TEST_NO_FENTRY=1"]),
     );
@@ -1023,8 +1054,57 @@ fn guest() -> i32 {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         t.check(&format!("host-tests-{name}"), host_tests_pass(&path));
     }
+    // Last: it unmounts tracefs and debugfs, which the checks above may read.
+    t.check("tracefs-mount", tracefs_mount());
     println!("VMCHECK-DONE passed={} failed={}", t.passed, t.failed);
     i32::from(t.failed > 0)
+}
+
+/// Where tracefs is mounted nowhere, forkprof mounts it at /sys/kernel/tracing to attach
+/// the classic syscall events (here with fentry refused by the test switch), and leaves it
+/// mounted. The guest's init mounted tracefs and debugfs (whose `tracing` directory mounts
+/// tracefs again when looked at): both go first.
+fn tracefs_mount() -> Result<String, String> {
+    let tracefs_mounts = || {
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    for dir in [
+        "/sys/kernel/debug/tracing",
+        "/sys/kernel/debug",
+        "/sys/kernel/tracing",
+    ] {
+        let _ = std::process::Command::new("umount").arg(dir).output();
+    }
+    let left = tracefs_mounts();
+    if !left.is_empty() {
+        return Err(format!("tracefs still mounted before the run: {left:?}"));
+    }
+    let report = run_report_with(&["FORKPROF_TEST_NO_FENTRY=1"], &[DYN], "/tmp/tracefs.json")?;
+    let fork = report["sources"]["fork"].as_str().unwrap_or("");
+    if !fork.starts_with(forkprof_tests::SYSCALL_EVENTS_SOURCE) {
+        return Err(format!(
+            "fork from {fork:?} (want the classic syscall events)"
+        ));
+    }
+    let execs = report["summary"]["execs"].as_u64().unwrap_or(0);
+    if execs == 0 {
+        return Err("no exec timed".into());
+    }
+    let mounted = tracefs_mounts();
+    if !mounted
+        .iter()
+        .any(|l| l.split_whitespace().nth(1) == Some("/sys/kernel/tracing"))
+    {
+        return Err(format!(
+            "tracefs not mounted at /sys/kernel/tracing after the run: {mounted:?}"
+        ));
+    }
+    Ok(format!("{execs} exec timed; then: {}", mounted.join("; ")))
 }
 
 /// Runs a host test binary whole (one test at a time, as `cargo xtask test` does): it
@@ -1110,8 +1190,14 @@ fn main() {
         None => guest(),
         Some("support-table") => support_table(&args[1..]),
         // On the host, for the guest's /fp (xtask vm-test).
-        Some("build-spawn32") if args.len() == 2 => {
-            match forkprof_tests::build_spawn32(std::path::Path::new(&args[1])) {
+        Some(fixture @ ("build-spawn32" | "build-wait32")) if args.len() == 2 => {
+            let out = std::path::Path::new(&args[1]);
+            let built = if fixture == "build-spawn32" {
+                forkprof_tests::build_spawn32(out)
+            } else {
+                forkprof_tests::build_wait32(out)
+            };
+            match built {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("fp-vmcheck: {e}");
@@ -1122,7 +1208,7 @@ fn main() {
         Some(other) => {
             eprintln!(
                 "fp-vmcheck: unknown command {other} (none, support-table LABEL=FILE..., or \
-                 build-spawn32 PATH)"
+                 build-spawn32 PATH, or build-wait32 PATH)"
             );
             2
         }

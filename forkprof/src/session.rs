@@ -318,7 +318,12 @@ impl Tracer {
                 route(Traced::Record(record));
             };
             tokio::select! {
-                out = &mut stop => return Ok(out),
+                out = &mut stop => {
+                    // The live views stop every update, often before a poll ends: the hooks
+                    // are tended here too, or an idle `monitor` never would.
+                    self.tend_ia32_hooks();
+                    return Ok(out);
+                }
                 r = collector.collect(&mut each) => r?,
                 r = scope_populated(arming) => {
                     r.context("watching the --cgroup scope")?;

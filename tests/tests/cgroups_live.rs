@@ -5,7 +5,9 @@
 //!   were finished as its path with " (gone)" (or `cgroup ID` if it was never named), never
 //!   as another group;
 //! - the TUI shows both groups and their totals, cuts a long path from the left, and `g`
-//!   switches between cgroups, units and binaries.
+//!   switches between cgroups, units and binaries;
+//! - `monitor --cgroup` attaches sys_enter and sys_exit for a 32-bit process in its group
+//!   (where the classic syscall events are used), and detaches them once none is left.
 //!
 //! Each workload is one process in its group plus its children: the `sh` that moves itself
 //! into the group and execs the workload (a process counts where it exec'd last) spawns 40
@@ -18,8 +20,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    Groups, Killed, Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape,
-    shown_cgroup, tempdir, wait_for, workload,
+    Groups, Killed, Tmux, attached_tracepoints, forkprof, free_port, monitor, needs_root,
+    prometheus, query, scrape, shown_cgroup, tempdir, wait_for, workload,
 };
 
 /// The three workloads: `fp-workload spawn fork N /bin/true`, 40 in `a`, 60 in `b` (each by
@@ -91,6 +93,72 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
     let cost = qa.replace("spawns_total", "spawn_cost_seconds_total");
     let cost = query(prom, &cost).unwrap_or_else(|| panic!("no {cost}"));
     assert!(cost > 0.0, "{cost}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `monitor --cgroup` with the classic syscall events (fentry refused by the test switch, so
+/// that every host takes this path): sys_enter and sys_exit attach once a 32-bit process in
+/// the group is seen, and are detached again once none has been left for their linger (200
+/// ms here, `FORKPROF_TEST_IA32_LINGER_MS`; 10 s by default). An idle `monitor` ends each
+/// wait at its next update (500 ms), before its poll (1 s) would: the hooks are tended
+/// there too, or they would never be detached.
+#[test]
+fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
+    needs_root!();
+    let dir = tempdir();
+    let (spawn32, wait32) = (dir.join("spawn32"), dir.join("wait32"));
+    forkprof_tests::build_spawn32(&spawn32).unwrap();
+    forkprof_tests::build_wait32(&wait32).unwrap();
+    let mut groups = Groups::new("ia32mon");
+    let group = groups.make("spawner");
+    let port = free_port();
+    let mon = Killed(
+        Command::new(forkprof())
+            .args([
+                "monitor",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--cgroup",
+            ])
+            .arg(groups.shown("spawner"))
+            .env("FORKPROF_TEST_NO_FENTRY", "1")
+            .env("FORKPROF_TEST_IA32_LINGER_MS", "200")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for("/metrics", Duration::from_secs(30), || scrape(port));
+    let pid = mon.0.id();
+    let attached = || {
+        let tps = attached_tracepoints(pid);
+        ["sys_enter", "sys_exit"].map(|t| tps.iter().any(|a| a == t))
+    };
+    // The group's hooks attach once it has a process (during the first sleep); then wait32,
+    // 32-bit, sleeps a second before it execs the spawner.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && sleep 1 && {} {}; :",
+            group.display(),
+            wait32.display(),
+            spawn32.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(attached(), [false; 2], "before any 32-bit process");
+    wait_for(
+        "sys_enter and sys_exit attached",
+        Duration::from_secs(10),
+        || (attached() == [true; 2]).then_some(()),
+    );
+    assert!(shell.wait().unwrap().success());
+    wait_for(
+        "sys_enter and sys_exit detached",
+        Duration::from_secs(10),
+        || (attached() == [false; 2]).then_some(()),
+    );
+    drop(mon);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -14,9 +14,9 @@
 #                   (tests/fixtures/spawn32.c), so that sys_enter and sys_exit are attached
 #                   on demand, for ia32 syscalls only, beside the classic events
 #   monitor-ia32-seen  the same beside forkprof monitor: SPAWN32 once, then the loop
-#   monitor-ia32-gone  the same, with 11 s between them: the on-demand hooks are detached
-#                   10 s after the last 32-bit process has gone, so the loop runs with the
-#                   classic events alone again
+#   monitor-ia32-gone  the same, with 13 s between them: the on-demand hooks are detached
+#                   once no 32-bit process has been left for 10 s (at monitor's next update
+#                   or two), so the loop runs with the classic events alone again
 #   monitor-empty   monitor --ia32-syscalls always with FORKPROF_BENCH_EMPTY=1: the floor of
 #                   sys_enter and sys_exit with forkprof's programs emptied
 #   raw-floor       empty programs on the raw tracepoints sys_enter and sys_exit
@@ -68,7 +68,7 @@ measure() { # ROW: the loop's ns per call, into $work/ns
       start_agent 'forkprof: serving metrics' "$work/agent.err" \
         env FORKPROF_BENCH_EMPTY=$empty "$fp" monitor "${flags[@]}" --listen 127.0.0.1:0
       if [ "$1" = monitor-ia32-seen ]; then "$spawn32"; sleep 0.5; fi
-      if [ "$1" = monitor-ia32-gone ]; then "$spawn32"; sleep 11; fi
+      if [ "$1" = monitor-ia32-gone ]; then "$spawn32"; sleep 13; fi
       "$loop" "$calls"
       kill -INT "$agent"; wait "$agent" || true; agent= ;;
     raw-floor) python3 "$root/bench/hook-floor.py" raw "$loop" "$calls" ;;

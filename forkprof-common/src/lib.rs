@@ -428,8 +428,8 @@ pub struct ProcState {
     /// 1 while this process runs a 32-bit image, as far as forkprof saw it: it exec'd one, a
     /// 32-bit parent forked it, or it was first seen in an ia32 syscall. Counted in
     /// `ia32_syscalls::LIVE` while set.
-    pub ia32: u32,
-    pub _pad_ia32: u32,
+    /// (A u64: BPF's atomic exchange, which changes it, is 64-bit only on older CPUs' ISA.)
+    pub ia32: u64,
     /// The main thread's fork-family syscall in flight (`start_ns` 0: none). Other threads'
     /// forks are in the map `FORKS`: most forks come from a process's main thread, and this
     /// saves them a hash insert, delete and two lookups (docs/kernel-findings.md).

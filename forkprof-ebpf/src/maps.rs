@@ -1,5 +1,5 @@
 //! Maps and globals shared by all probes, and the small helpers that touch them.
-use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd};
+use core::intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd, atomic_xchg};
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, generated},
@@ -222,11 +222,17 @@ fn ia32_live_add(delta: i32) {
 }
 
 /// Marks whether process `ps` runs a 32-bit image now (`ProcState::ia32`), keeping
-/// `ia32_syscalls::LIVE` right.
+/// `ia32_syscalls::LIVE` right: the flag is exchanged, so that of two programs that change
+/// it at once (an exec and an exit on two CPUs), only one moves the count.
 #[inline(always)]
 pub fn set_ia32(ps: &mut ProcState, ia32: bool) {
-    if (ps.ia32 != 0) != ia32 {
-        ps.ia32 = u32::from(ia32);
+    let new = u64::from(ia32);
+    if ps.ia32 == new {
+        return;
+    }
+    // SAFETY: a valid, aligned field of a map value; BPF's 64-bit atomic exchange.
+    let old = unsafe { atomic_xchg::<u64, { AtomicOrdering::SeqCst }>(&raw mut ps.ia32, new) };
+    if old != new {
         ia32_live_add(if ia32 { 1 } else { -1 });
     }
 }
@@ -262,6 +268,12 @@ pub fn count_unseen_spawn(tgid: u32) {
         || SEEDS.get_ptr(tgid).is_some()
     {
         count_ia32_unseen();
+        // Followed from now on, as a 32-bit process (`ia32_syscalls::LIVE`): while it lives,
+        // the hooks that see its spawns are kept once attached.
+        if let Some(ps) = proc_state(tgid, true) {
+            // SAFETY: map value of a traced process.
+            set_ia32(unsafe { &mut *ps }, true);
+        }
     }
 }
 
@@ -706,7 +718,7 @@ fn fill(ps: &mut ProcState, new: &NewProc) {
     ps.child_state = new.child_state;
     ps.cow_parent_base = new.cow_parent_base;
     ps.cow_ns_parent_base = new.cow_ns_parent_base;
-    ps.ia32 = new.ia32;
+    ps.ia32 = u64::from(new.ia32);
 }
 
 /// Removes process `tgid` from the traced set. Its slot is zeroed word by word and then
@@ -716,9 +728,7 @@ fn fill(ps: &mut ProcState, new: &NewProc) {
 pub fn remove_proc(tgid: u32) {
     if let Some(slot) = owned_slot(tgid) {
         // SAFETY: the slot of a traced process.
-        if unsafe { (*slot).ia32 } != 0 {
-            ia32_live_add(-1);
-        }
+        set_ia32(unsafe { &mut *slot }, false);
         let words = slot.cast::<u64>();
         const WORDS: usize = core::mem::size_of::<ProcState>() / 8;
         // Word 0 is `owner`: it is freed last.
@@ -733,15 +743,12 @@ pub fn remove_proc(tgid: u32) {
     if active(active::SPILLED) == 0 {
         return;
     }
-    // SAFETY: the map value of a traced process, read before it is removed.
-    let ia32 = PROCS_SPILL
-        .get_ptr(tgid)
-        .is_some_and(|p| unsafe { (*p).ia32 } != 0);
+    if let Some(p) = PROCS_SPILL.get_ptr_mut(tgid) {
+        // SAFETY: the map value of a traced process, before it is removed.
+        set_ia32(unsafe { &mut *p }, false);
+    }
     if PROCS_SPILL.remove(tgid).is_ok() {
         active_add(active::SPILLED, -1);
-        if ia32 {
-            ia32_live_add(-1);
-        }
     }
 }
 

@@ -728,13 +728,20 @@ impl Ia32OnDemand {
         } else {
             format!("{} ms", self.linger.as_millis())
         };
+        let times = |n: u32| {
+            if n == 1 {
+                "once".into()
+            } else {
+                format!("{n} times")
+            }
+        };
         base.replace(
             "attached when the first was seen",
             &format!(
-                "attached when the first was seen and detached once none was left for {linger}, \
-                 {} time{}",
-                self.attaches,
-                if self.attaches == 1 { "" } else { "s" }
+                "attached when the first was seen and detached once none was left for {linger} \
+                 (attached {}, detached {})",
+                times(self.attaches),
+                times(self.detaches)
             ),
         )
     }
@@ -1320,27 +1327,36 @@ fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
         .context("setting how ia32 syscalls are seen (map IA32_SYSCALLS)")
 }
 
-/// `--ia32-syscalls on-demand`, after each batch the agent reads: attaches sys_enter and
-/// sys_exit from standby once the kernel asks for them, and detaches them again once no
-/// followed 32-bit process has been left for `Ia32OnDemand::linger`. Whether it attached
-/// them now; after an error in an attach it does not try again, and the kernel goes on
-/// counting what it does not see.
+/// `--ia32-syscalls on-demand`, after each batch the agent reads and at each update of a
+/// live view: attaches sys_enter and sys_exit from standby once the kernel asks for them,
+/// and detaches them again once no followed 32-bit process has been left for
+/// `Ia32OnDemand::linger`. Whether it attached them now. After an error in an attach it
+/// does not try again, and the kernel goes on counting what it does not see; after one in a
+/// detach, what is still attached stays so.
 pub fn tend_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
     if loaded.ia32.attached() {
-        detach_idle_ia32_hooks(loaded, now)?;
-        return Ok(false);
+        return detach_idle_ia32_hooks(loaded, now);
     }
     attach_ia32_hooks(loaded)
 }
 
+/// `ia32_syscalls::LIVE`: the followed processes that run a 32-bit image now.
+fn ia32_live(ebpf: &mut Ebpf) -> Result<u32> {
+    Ok(ia32_map(ebpf)?.get(&ia32_syscalls::LIVE, 0)?)
+}
+
 /// Attaches sys_enter and sys_exit from standby, for ia32 syscalls only (the classic
 /// events keep the rest), once the kernel has seen a 32-bit process that forkprof follows
-/// (`ia32_syscalls::WANTED`).
+/// (`ia32_syscalls::WANTED`), or counts one running (`LIVE`: one that exec'd while they
+/// were being detached, in the instant between the agent's write of the mode and its read
+/// of the count).
 fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     if loaded.standby.is_empty() {
         return Ok(false);
     }
-    if ia32_map(&mut loaded.ebpf)?.get(&ia32_syscalls::WANTED, 0)? == 0 {
+    if ia32_map(&mut loaded.ebpf)?.get(&ia32_syscalls::WANTED, 0)? == 0
+        && ia32_live(&mut loaded.ebpf)? == 0
+    {
         return Ok(false);
     }
     // The mode first: attached in mode STANDBY, they would take every syscall, which the
@@ -1352,30 +1368,15 @@ fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     hooks.sort_by_key(|h| opens_windows(h));
     let mut links = Vec::new();
     let attached = hooks.iter().try_for_each(|h| {
-        let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
-        links.push((*h, p.attach()?));
+        links.push((*h, attach_btf_tp(&mut loaded.ebpf, h)?));
         anyhow::Ok(())
     });
-    if let Err(e) =
-        attached.with_context(|| "attaching tp_btf sys_enter and sys_exit for ia32 syscalls")
-    {
-        // None left half attached (sys_exit alone would run on every syscall for nothing);
-        // the kernel counts what the classic events skip, as with `never`.
-        for h in &hooks {
-            unload(&mut loaded.ebpf, h);
-        }
-        set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::UNSEEN)?;
-        for status in loaded.hooks.iter_mut().filter(|s| s.status == "standby") {
-            status.status = "failed";
-            status.error = Some(format!("{e:#}"));
-        }
-        for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
-            js.note = Some(
-                "skips 32-bit processes' syscalls: tp_btf sys_enter + tp_btf sys_exit failed \
-                 to attach"
-                    .into(),
-            );
-        }
+    if let Err(e) = attached.context(
+        "attaching tp_btf sys_enter and sys_exit for ia32 syscalls (what 32-bit processes \
+         spawn is counted unseen from now on)",
+    ) {
+        // None left half attached (sys_exit alone would run on every syscall for nothing).
+        give_up_ia32_hooks(loaded, &hooks, "failed to attach", &e)?;
         return Err(e);
     }
     loaded.ia32.links = links;
@@ -1385,39 +1386,123 @@ fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     Ok(true)
 }
 
+/// Attaches hook `h`, a BTF tracepoint, and returns its link.
+fn attach_btf_tp(ebpf: &mut Ebpf, h: &Hook) -> Result<BtfTracePointLinkId> {
+    let p: &mut BtfTracePoint = program(ebpf, h)?.try_into()?;
+    Ok(p.attach()?)
+}
+
 /// Detaches sys_enter and sys_exit, back to standby, once the kernel has counted no
 /// followed 32-bit process (`ia32_syscalls::LIVE`) for `Ia32OnDemand::linger`: from then
-/// on, every other syscall pays for the classic events alone again.
-fn detach_idle_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<()> {
-    let live =
-        |ebpf: &mut Ebpf| -> Result<u32> { Ok(ia32_map(ebpf)?.get(&ia32_syscalls::LIVE, 0)?) };
-    if live(&mut loaded.ebpf)? != 0 {
+/// on, every other syscall pays for the classic events alone again. In two steps, one tend
+/// apart: sys_enter, then sys_exit, so that a window sys_enter opened just before it went
+/// (a 32-bit process adopted at that entry) is closed at a return that sys_exit still sees.
+/// If such a process shows up in between, sys_enter is attached again instead. Whether it
+/// attached anything.
+fn detach_idle_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
+    let entries_gone = loaded.ia32.links.iter().all(|(h, _)| !opens_windows(h));
+    if ia32_live(&mut loaded.ebpf)? != 0 {
         loaded.ia32.idle_since = None;
-        return Ok(());
+        if !entries_gone {
+            return Ok(false);
+        }
+        // A 32-bit process came between the two steps: sys_enter again.
+        let entries: Vec<&'static Hook> = loaded.standby.clone();
+        for h in entries {
+            let link = attach_btf_tp(&mut loaded.ebpf, h).with_context(|| {
+                format!("attaching {} again for ia32 syscalls", h.target.label())
+            })?;
+            loaded.standby.retain(|s| s.program != h.program);
+            loaded.ia32.links.push((h, link));
+        }
+        set_standby_status(loaded, "standby", "attached");
+        return Ok(true);
     }
-    let since = *loaded.ia32.idle_since.get_or_insert(now);
-    if now.duration_since(since) < loaded.ia32.linger {
-        return Ok(());
+    if !entries_gone {
+        let since = *loaded.ia32.idle_since.get_or_insert(now);
+        if now.duration_since(since) < loaded.ia32.linger {
+            return Ok(false);
+        }
+        loaded.ia32.idle_since = None;
+        ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 0, 0)?;
+        detach_links(loaded, opens_windows)?;
+        set_standby_status(loaded, "attached", "standby");
+        return Ok(false);
     }
-    loaded.ia32.idle_since = None;
-    ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 0, 0)?;
-    // sys_enter first: a window it opened is closed at a return that sys_exit still sees.
-    let mut links = std::mem::take(&mut loaded.ia32.links);
-    links.sort_by_key(|(h, _)| !opens_windows(h));
-    for (h, link) in links {
-        let p: &mut BtfTracePoint = program(&mut loaded.ebpf, h)?.try_into()?;
-        p.detach(link)
-            .with_context(|| format!("detaching {} from ia32 syscalls", h.target.label()))?;
-        loaded.standby.push(h);
-    }
+    detach_links(loaded, |_| true)?;
     // Only now: in mode RAW_FOR_IA32 without the hooks, a 32-bit process's exec asks for
-    // nothing, but it is counted in LIVE, read again below.
+    // nothing, but it is counted in LIVE, which the next tend reads (`attach_ia32_hooks`).
     set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::STANDBY)?;
-    if live(&mut loaded.ebpf)? != 0 {
-        ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 1, 0)?;
-    }
     loaded.ia32.detaches += 1;
     set_standby_status(loaded, "attached", "standby");
+    Ok(false)
+}
+
+/// Detaches the on-demand links whose hook `which` picks, back to standby. After an error
+/// (aya drops a link it cannot detach), both hooks are unloaded and the kernel counts what
+/// the classic events skip, as after a failed attach.
+fn detach_links(loaded: &mut Loaded, which: impl Fn(&Hook) -> bool) -> Result<()> {
+    let links = std::mem::take(&mut loaded.ia32.links);
+    let mut failed = None;
+    for (h, link) in links {
+        if !which(h) || failed.is_some() {
+            loaded.ia32.links.push((h, link));
+            continue;
+        }
+        let detached = program(&mut loaded.ebpf, h).and_then(|p| {
+            let p: &mut BtfTracePoint = p.try_into()?;
+            Ok(p.detach(link)?)
+        });
+        match detached {
+            Ok(()) => loaded.standby.push(h),
+            Err(e) => failed = Some(e.context(format!("detaching {}", h.target.label()))),
+        }
+    }
+    match failed {
+        None => Ok(()),
+        Some(e) => {
+            let hooks: Vec<&'static Hook> = loaded
+                .ia32
+                .links
+                .drain(..)
+                .map(|(h, _)| h)
+                .chain(loaded.standby.drain(..))
+                .collect();
+            give_up_ia32_hooks(loaded, &hooks, "failed to detach", &e)?;
+            Err(e.context(
+                "detaching tp_btf sys_enter and sys_exit from ia32 syscalls (both unloaded: \
+                 what 32-bit processes spawn is counted unseen from now on)",
+            ))
+        }
+    }
+}
+
+/// Unloads the on-demand hooks `hooks` after an error, and has the kernel count what the
+/// classic events skip, as with `never`; the statuses and the note say what `failed`.
+fn give_up_ia32_hooks(
+    loaded: &mut Loaded,
+    hooks: &[&'static Hook],
+    failed: &str,
+    e: &anyhow::Error,
+) -> Result<()> {
+    for h in hooks {
+        unload(&mut loaded.ebpf, h);
+    }
+    set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::UNSEEN)?;
+    let labels: Vec<String> = hooks.iter().map(|h| h.target.detailed_label()).collect();
+    for status in loaded
+        .hooks
+        .iter_mut()
+        .filter(|s| matches!(s.status, "standby" | "attached") && labels.contains(&s.hook))
+    {
+        status.status = "failed";
+        status.error = Some(format!("{e:#}"));
+    }
+    for js in loaded.jobs.iter_mut().filter(|js| js.note.is_some()) {
+        js.note = Some(format!(
+            "skips 32-bit processes' syscalls: tp_btf sys_enter + tp_btf sys_exit {failed}"
+        ));
+    }
     Ok(())
 }
 

@@ -345,7 +345,7 @@ impl Tracer {
             return;
         }
         if let Err(e) = loader::tend_ia32_hooks(&mut self.loaded, std::time::Instant::now()) {
-            eprintln!("forkprof: {e:#}; what 32-bit processes spawn is counted unseen");
+            eprintln!("forkprof: {e:#}");
         }
     }
 

@@ -98,9 +98,10 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
 
 /// `monitor --cgroup` with the classic syscall events (fentry refused by the test switch, so
 /// that every host takes this path): sys_enter and sys_exit attach once a 32-bit process in
-/// the group is seen, and are detached again once none has been left for their linger (200
-/// ms here, `FORKPROF_TEST_IA32_LINGER_MS`; 10 s by default). An idle `monitor` ends each
-/// wait at its next update (500 ms), before its poll (1 s) would: the hooks are tended
+/// the group is seen, stay while it lives (two seconds of wait32 exec'ing itself, spawning
+/// nothing, ten lingers), and are detached again once none has been left for their linger
+/// (200 ms here, `FORKPROF_TEST_IA32_LINGER_MS`; 10 s by default). An idle `monitor` ends
+/// each wait at its next update (500 ms), before its poll (1 s) would: the hooks are tended
 /// there too, or they would never be detached.
 #[test]
 fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
@@ -134,14 +135,14 @@ fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
         ["sys_enter", "sys_exit"].map(|t| tps.iter().any(|a| a == t))
     };
     // The group's hooks attach once it has a process (during the first sleep); then wait32,
-    // 32-bit, sleeps a second before it execs the spawner.
+    // 32-bit, sleeps a second, execs itself, sleeps another and execs the spawner.
     let mut shell = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "echo $$ > {}/cgroup.procs && sleep 1 && {} {}; :",
+            "echo $$ > {}/cgroup.procs && sleep 1 && {w} {w} {}; :",
             group.display(),
-            wait32.display(),
-            spawn32.display()
+            spawn32.display(),
+            w = wait32.display(),
         ))
         .stdout(Stdio::null())
         .spawn()
@@ -152,6 +153,18 @@ fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
         Duration::from_secs(10),
         || (attached() == [true; 2]).then_some(()),
     );
+    // They attach within an update (500 ms) of wait32's first exec, and its two seconds
+    // leave at least 1.5 s of them: no detach while it lives.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(1200) {
+        assert_eq!(
+            attached(),
+            [true; 2],
+            "while wait32 lives, after {:?}",
+            since.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(shell.wait().unwrap().success());
     wait_for(
         "sys_enter and sys_exit detached",

@@ -306,8 +306,12 @@ pub fn on_process_exec(ctx: &BtfTracePointContext) {
         // syscall hooks skip those (or saw them only from later on). (A process never
         // followed, such as the child of a 32-bit fork counted already, or a kernel-started
         // helper, is not counted here.)
-        if maps::ia32_mode() != ia32_syscalls::SEEN && maps::proc_of(tgid).is_some() {
+        if maps::ia32_mode() != ia32_syscalls::SEEN
+            && let Some(ps) = maps::proc_of(tgid)
+        {
             maps::count_ia32_unseen();
+            // SAFETY: map value of a traced process.
+            maps::set_ia32(unsafe { &mut *ps }, maps::is_compat(task));
         }
         return;
     };

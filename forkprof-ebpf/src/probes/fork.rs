@@ -92,7 +92,7 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
         cow_ns_parent_base,
         child_state: child_state::AWAITING,
         // A 32-bit parent's child runs its image until it execs.
-        ia32: parent.ia32,
+        ia32: u32::from(parent.ia32 != 0),
     };
     // The task cannot have run yet, so an entry under its pid is a previous process's. Its
     // exit may still wait for a notification it will never get (a parent that ignores

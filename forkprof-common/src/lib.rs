@@ -426,9 +426,10 @@ pub struct ProcState {
     /// Fault time while this process had fork children inside their windows.
     pub cow_ns_as_parent: u64,
     /// 1 while this process runs a 32-bit image, as far as forkprof saw it: it exec'd one, a
-    /// 32-bit parent forked it, or it was first seen in an ia32 syscall. Counted in
-    /// `ia32_syscalls::LIVE` while set.
-    /// (A u64: BPF's atomic exchange, which changes it, is 64-bit only on older CPUs' ISA.)
+    /// 32-bit parent forked it, it was first seen in an ia32 syscall, or a spawn of it was
+    /// counted unseen. Counted in `ia32_syscalls::LIVE` while set. A u64: it changes by an
+    /// atomic exchange, which the BPF ISA before v3 (LLVM's `-mcpu` generic, this build's)
+    /// has only in 64 bits.
     pub ia32: u64,
     /// The main thread's fork-family syscall in flight (`start_ns` 0: none). Other threads'
     /// forks are in the map `FORKS`: most forks come from a process's main thread, and this

@@ -691,6 +691,9 @@ pub struct Ia32OnDemand {
     /// Since when the kernel has counted no followed 32-bit process
     /// (`ia32_syscalls::LIVE`), while attached.
     idle_since: Option<Instant>,
+    /// When sys_enter was detached, while sys_exit is still attached (the first of the
+    /// detach's two steps).
+    entries_detached_at: Option<Instant>,
     /// How long none has to be left before they are detached: 10 s, so that a build that runs
     /// 32-bit tools one after another keeps them (`FORKPROF_TEST_IA32_LINGER_MS`, tests
     /// only, shortens it).
@@ -708,6 +711,7 @@ impl Ia32OnDemand {
             attaches: 0,
             detaches: 0,
             idle_since: None,
+            entries_detached_at: None,
             linger,
         }
     }
@@ -1330,9 +1334,8 @@ fn set_ia32_mode(ebpf: &mut Ebpf, mode: u32) -> Result<()> {
 /// `--ia32-syscalls on-demand`, after each batch the agent reads and at each update of a
 /// live view: attaches sys_enter and sys_exit from standby once the kernel asks for them,
 /// and detaches them again once no followed 32-bit process has been left for
-/// `Ia32OnDemand::linger`. Whether it attached them now. After an error in an attach it
-/// does not try again, and the kernel goes on counting what it does not see; after one in a
-/// detach, what is still attached stays so.
+/// `Ia32OnDemand::linger`. Whether it attached them now. After an error in an attach or a
+/// detach, both are unloaded, and the kernel goes on counting what it does not see.
 pub fn tend_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
     if loaded.ia32.attached() {
         return detach_idle_ia32_hooks(loaded, now);
@@ -1382,7 +1385,7 @@ fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     loaded.ia32.links = links;
     loaded.ia32.attaches += 1;
     loaded.ia32.idle_since = None;
-    set_standby_status(loaded, "standby", "attached");
+    set_standby_status(loaded, &hooks, "standby", "attached");
     Ok(true)
 }
 
@@ -1394,72 +1397,103 @@ fn attach_btf_tp(ebpf: &mut Ebpf, h: &Hook) -> Result<BtfTracePointLinkId> {
 
 /// Detaches sys_enter and sys_exit, back to standby, once the kernel has counted no
 /// followed 32-bit process (`ia32_syscalls::LIVE`) for `Ia32OnDemand::linger`: from then
-/// on, every other syscall pays for the classic events alone again. In two steps, one tend
-/// apart: sys_enter, then sys_exit, so that a window sys_enter opened just before it went
-/// (a 32-bit process adopted at that entry) is closed at a return that sys_exit still sees.
-/// If such a process shows up in between, sys_enter is attached again instead. Whether it
-/// attached anything.
+/// on, every other syscall pays for the classic events alone again. In two steps, at least
+/// `DETACH_STEP` apart: sys_enter, then sys_exit, so that a window sys_enter opened just
+/// before it went (in a 32-bit process adopted at that entry, or in a run of it still under
+/// way when it was detached) is closed at a return that sys_exit still sees. If such a
+/// process shows up in between, sys_enter is attached again instead. Whether it attached
+/// anything.
 fn detach_idle_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
-    let entries_gone = loaded.ia32.links.iter().all(|(h, _)| !opens_windows(h));
+    let entries_gone = loaded.ia32.entries_detached_at.is_some();
     if ia32_live(&mut loaded.ebpf)? != 0 {
         loaded.ia32.idle_since = None;
         if !entries_gone {
             return Ok(false);
         }
         // A 32-bit process came between the two steps: sys_enter again.
-        let entries: Vec<&'static Hook> = loaded.standby.clone();
-        for h in entries {
-            let link = attach_btf_tp(&mut loaded.ebpf, h).with_context(|| {
-                format!("attaching {} again for ia32 syscalls", h.target.label())
-            })?;
-            loaded.standby.retain(|s| s.program != h.program);
-            loaded.ia32.links.push((h, link));
+        let entries = std::mem::take(&mut loaded.standby);
+        let mut links = Vec::new();
+        let attached = entries.iter().try_for_each(|h| {
+            links.push((*h, attach_btf_tp(&mut loaded.ebpf, h)?));
+            anyhow::Ok(())
+        });
+        loaded.ia32.links.extend(links);
+        if let Err(e) = attached {
+            let hooks: Vec<&'static Hook> = loaded
+                .ia32
+                .links
+                .drain(..)
+                .map(|(h, _)| h)
+                .chain(entries)
+                .collect();
+            give_up_ia32_hooks(loaded, &hooks, "failed to attach", &e)?;
+            return Err(e.context(
+                "attaching tp_btf sys_enter for ia32 syscalls again (sys_enter and sys_exit \
+                 unloaded: what 32-bit processes spawn is counted unseen from now on)",
+            ));
         }
-        set_standby_status(loaded, "standby", "attached");
+        loaded.ia32.entries_detached_at = None;
+        set_standby_status(loaded, &entries, "standby", "attached");
         return Ok(true);
     }
-    if !entries_gone {
-        let since = *loaded.ia32.idle_since.get_or_insert(now);
-        if now.duration_since(since) < loaded.ia32.linger {
-            return Ok(false);
+    match loaded.ia32.entries_detached_at {
+        None => {
+            let since = *loaded.ia32.idle_since.get_or_insert(now);
+            if now.duration_since(since) < loaded.ia32.linger {
+                return Ok(false);
+            }
+            loaded.ia32.idle_since = None;
+            ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 0, 0)?;
+            let detached = detach_links(loaded, opens_windows)?;
+            loaded.ia32.entries_detached_at = Some(now);
+            set_standby_status(loaded, &detached, "attached", "standby");
         }
-        loaded.ia32.idle_since = None;
-        ia32_map(&mut loaded.ebpf)?.set(ia32_syscalls::WANTED, 0, 0)?;
-        detach_links(loaded, opens_windows)?;
-        set_standby_status(loaded, "attached", "standby");
-        return Ok(false);
+        Some(at) if now.duration_since(at) >= DETACH_STEP => {
+            let detached = detach_links(loaded, |_| true)?;
+            loaded.ia32.entries_detached_at = None;
+            // Only now: in mode RAW_FOR_IA32 without the hooks, a 32-bit process's exec asks
+            // for nothing, but it is counted in LIVE, which the next tend reads
+            // (`attach_ia32_hooks`).
+            set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::STANDBY)?;
+            loaded.ia32.detaches += 1;
+            set_standby_status(loaded, &detached, "attached", "standby");
+        }
+        Some(_) => {}
     }
-    detach_links(loaded, |_| true)?;
-    // Only now: in mode RAW_FOR_IA32 without the hooks, a 32-bit process's exec asks for
-    // nothing, but it is counted in LIVE, which the next tend reads (`attach_ia32_hooks`).
-    set_ia32_mode(&mut loaded.ebpf, ia32_syscalls::STANDBY)?;
-    loaded.ia32.detaches += 1;
-    set_standby_status(loaded, "attached", "standby");
     Ok(false)
 }
 
-/// Detaches the on-demand links whose hook `which` picks, back to standby. After an error
-/// (aya drops a link it cannot detach), both hooks are unloaded and the kernel counts what
-/// the classic events skip, as after a failed attach.
-fn detach_links(loaded: &mut Loaded, which: impl Fn(&Hook) -> bool) -> Result<()> {
+/// The least time between the detach's two steps: far longer than any syscall's entry-to-
+/// return path that does not sleep, and than a run of sys_enter still under way on another
+/// CPU when it was detached.
+const DETACH_STEP: Duration = Duration::from_millis(100);
+
+/// Detaches the on-demand links whose hook `which` picks, back to standby, and returns their
+/// hooks. After an error (aya drops a link it cannot detach), both hooks are unloaded and
+/// the kernel counts what the classic events skip, as after a failed attach.
+fn detach_links(loaded: &mut Loaded, which: impl Fn(&Hook) -> bool) -> Result<Vec<&'static Hook>> {
     let links = std::mem::take(&mut loaded.ia32.links);
+    let mut detached = Vec::new();
     let mut failed = None;
     for (h, link) in links {
         if !which(h) || failed.is_some() {
             loaded.ia32.links.push((h, link));
             continue;
         }
-        let detached = program(&mut loaded.ebpf, h).and_then(|p| {
+        let result = program(&mut loaded.ebpf, h).and_then(|p| {
             let p: &mut BtfTracePoint = p.try_into()?;
             Ok(p.detach(link)?)
         });
-        match detached {
-            Ok(()) => loaded.standby.push(h),
+        match result {
+            Ok(()) => {
+                loaded.standby.push(h);
+                detached.push(h);
+            }
             Err(e) => failed = Some(e.context(format!("detaching {}", h.target.label()))),
         }
     }
     match failed {
-        None => Ok(()),
+        None => Ok(detached),
         Some(e) => {
             let hooks: Vec<&'static Hook> = loaded
                 .ia32
@@ -1506,21 +1540,19 @@ fn give_up_ia32_hooks(
     Ok(())
 }
 
-/// The statuses of the on-demand hooks move from `from` to `to`, and the syscalls job's
-/// note says what they have done.
-fn set_standby_status(loaded: &mut Loaded, from: &'static str, to: &'static str) {
-    let on_demand: Vec<String> = loaded
-        .ia32
-        .links
-        .iter()
-        .map(|(h, _)| *h)
-        .chain(loaded.standby.iter().copied())
-        .map(|h| h.target.detailed_label())
-        .collect();
+/// The statuses of the on-demand hooks `moved` go from `from` to `to`, and the syscalls
+/// job's note says what they have done.
+fn set_standby_status(
+    loaded: &mut Loaded,
+    moved: &[&'static Hook],
+    from: &'static str,
+    to: &'static str,
+) {
+    let labels: Vec<String> = moved.iter().map(|h| h.target.detailed_label()).collect();
     for status in loaded
         .hooks
         .iter_mut()
-        .filter(|s| s.status == from && on_demand.contains(&s.hook))
+        .filter(|s| s.status == from && labels.contains(&s.hook))
     {
         status.status = to;
     }
@@ -1745,6 +1777,35 @@ fn attach_loaded(ebpf: &mut Ebpf, h: &Hook) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ia32_note_counts_attaches_and_detaches_once_detached() {
+        let mut od = Ia32OnDemand {
+            links: Vec::new(),
+            attaches: 1,
+            detaches: 0,
+            idle_since: None,
+            entries_detached_at: None,
+            linger: Duration::from_secs(10),
+        };
+        assert_eq!(od.note(), ia32_note(Ia32Syscalls::OnDemand, true, true));
+        od.detaches = 1;
+        assert_eq!(
+            od.note(),
+            "32-bit processes' syscalls: tp_btf sys_enter + tp_btf sys_exit, attached when the \
+             first was seen and detached once none was left for 10 s (attached once, detached \
+             once), --ia32-syscalls on-demand"
+        );
+        od.attaches = 3;
+        od.detaches = 2;
+        od.linger = Duration::from_millis(200);
+        assert!(
+            od.note()
+                .contains("left for 200 ms (attached 3 times, detached 2 times)"),
+            "{}",
+            od.note()
+        );
+    }
 
     /// The raw tracepoint sources of `job` whose every hook matches `prototypes`, in order.
     fn matching(job: &str, prototypes: &[(&str, &[Param])]) -> Vec<usize> {

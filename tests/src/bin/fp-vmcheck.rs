@@ -532,8 +532,9 @@ fn ia32_on_demand(env: &[&str]) -> Result<String, String> {
 fn ia32_on_demand_detach(env: &[&str]) -> Result<String, String> {
     let second = "/tmp/spawn32-after-wait";
     std::fs::copy(SPAWN32, second).map_err(|e| format!("copying {SPAWN32}: {e}"))?;
-    // `run` tends the hooks once a second: the detach comes 2-3 s after the first spawner.
-    let script = format!("{SPAWN32}; sleep 4; {WAIT32} {second}; :");
+    // `run` tends the hooks once a second: the detach's two steps come 2-4 s after the
+    // first spawner.
+    let script = format!("{SPAWN32}; sleep 6; {WAIT32} {second}; :");
     let mut env = env.to_vec();
     env.push("FORKPROF_TEST_IA32_LINGER_MS=200");
     let report = run_report_flags(

@@ -231,6 +231,25 @@ fn record_group_running(
     assert_eq!(rec.wait().unwrap().code(), Some(0));
 }
 
+/// A recording's report of two runs of the spawn32 fixture, `first` and then `second`, with
+/// the hooks for ia32 syscalls attached on demand: each of the first's four spawns is
+/// followed or counted unseen (none lost silently), and the second is followed whole.
+fn check_two_spawners(rep: &Value, first: &Path, second: &Path) {
+    let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
+    let early = forkprof_tests::children_of(rep, first.to_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
+    assert_eq!(
+        early.len() as u64 + unseen,
+        4,
+        "the first spawner: {} children followed, {unseen} unseen",
+        early.len()
+    );
+    match forkprof_tests::check_spawn32(rep, second.to_str().unwrap()) {
+        Ok(detail) => eprintln!("{detail}"),
+        Err(e) => panic!("{e}\nreport: {}", rep["processes"]),
+    }
+}
+
 /// `record --cgroup --no-ia32-syscalls`, where trampolines are refused (here by
 /// `FORKPROF_TEST_NO_FENTRY=1`, so that every host takes this path): the 32-bit spawner in
 /// the group makes four fork-family syscalls that the classic syscall events skip, and each
@@ -293,20 +312,7 @@ fn record_attaches_the_ia32_hooks_once_a_32_bit_process_is_seen() {
             ),
         "exec from {exec:?}"
     );
-    let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
-    let first = first.to_str().unwrap();
-    let early = forkprof_tests::children_of(&rep, first)
-        .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
-    assert_eq!(
-        early.len() as u64 + unseen,
-        4,
-        "the first spawner: {} children followed, {unseen} unseen",
-        early.len()
-    );
-    match forkprof_tests::check_spawn32(&rep, second.to_str().unwrap()) {
-        Ok(detail) => eprintln!("{detail}"),
-        Err(e) => panic!("{e}\nreport: {}", rep["processes"]),
-    }
+    check_two_spawners(&rep, &first, &second);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -349,19 +355,7 @@ fn record_detaches_the_ia32_hooks_once_no_32_bit_process_is_left() {
         ),
         "exec from {exec:?}"
     );
-    let unseen = rep["summary"]["lost"]["ia32_unseen"].as_u64().unwrap_or(0);
-    let early = forkprof_tests::children_of(&rep, first.to_str().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {}", rep["processes"]));
-    assert_eq!(
-        early.len() as u64 + unseen,
-        4,
-        "the first spawner: {} children followed, {unseen} unseen",
-        early.len()
-    );
-    match forkprof_tests::check_spawn32(&rep, second.to_str().unwrap()) {
-        Ok(detail) => eprintln!("{detail}"),
-        Err(e) => panic!("{e}\nreport: {}", rep["processes"]),
-    }
+    check_two_spawners(&rep, &first, &second);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1369,30 +1369,43 @@ fn attach_ia32_hooks(loaded: &mut Loaded) -> Result<bool> {
     let mut hooks = std::mem::take(&mut loaded.standby);
     // sys_exit first: a window opened at an entry is closed at its return.
     hooks.sort_by_key(|h| opens_windows(h));
-    let mut links = Vec::new();
-    let attached = hooks.iter().try_for_each(|h| {
-        links.push((*h, attach_btf_tp(&mut loaded.ebpf, h)?));
-        anyhow::Ok(())
-    });
-    if let Err(e) = attached.context(
-        "attaching tp_btf sys_enter and sys_exit for ia32 syscalls (what 32-bit processes \
-         spawn is counted unseen from now on)",
-    ) {
-        // None left half attached (sys_exit alone would run on every syscall for nothing).
-        give_up_ia32_hooks(loaded, &hooks, "failed to attach", &e)?;
-        return Err(e);
-    }
-    loaded.ia32.links = links;
+    attach_on_demand(loaded, &hooks)?;
     loaded.ia32.attaches += 1;
     loaded.ia32.idle_since = None;
     set_standby_status(loaded, &hooks, "standby", "attached");
     Ok(true)
 }
 
-/// Attaches hook `h`, a BTF tracepoint, and returns its link.
-fn attach_btf_tp(ebpf: &mut Ebpf, h: &Hook) -> Result<BtfTracePointLinkId> {
-    let p: &mut BtfTracePoint = program(ebpf, h)?.try_into()?;
-    Ok(p.attach()?)
+/// Attaches `hooks`, taken from standby, for ia32 syscalls, in order, beside the on-demand
+/// links already attached. After an error every on-demand hook is unloaded, none left half
+/// attached (sys_exit alone would run on every syscall for nothing), and the kernel counts
+/// what the classic events skip, as with `never`.
+fn attach_on_demand(loaded: &mut Loaded, hooks: &[&'static Hook]) -> Result<()> {
+    for (i, &h) in hooks.iter().enumerate() {
+        let attached = program(&mut loaded.ebpf, h).and_then(|p| {
+            let p: &mut BtfTracePoint = p.try_into()?;
+            Ok(p.attach()?)
+        });
+        match attached {
+            Ok(link) => loaded.ia32.links.push((h, link)),
+            Err(e) => {
+                let all: Vec<&'static Hook> = loaded
+                    .ia32
+                    .links
+                    .drain(..)
+                    .map(|(h, _)| h)
+                    .chain(hooks[i..].iter().copied())
+                    .collect();
+                let e = e.context(format!("attaching {}", h.target.label()));
+                give_up_ia32_hooks(loaded, &all, "failed to attach", &e)?;
+                return Err(e.context(
+                    "attaching tp_btf sys_enter and sys_exit for ia32 syscalls (both unloaded: \
+                     what 32-bit processes spawn is counted unseen from now on)",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Detaches sys_enter and sys_exit, back to standby, once the kernel has counted no
@@ -1412,26 +1425,7 @@ fn detach_idle_ia32_hooks(loaded: &mut Loaded, now: Instant) -> Result<bool> {
         }
         // A 32-bit process came between the two steps: sys_enter again.
         let entries = std::mem::take(&mut loaded.standby);
-        let mut links = Vec::new();
-        let attached = entries.iter().try_for_each(|h| {
-            links.push((*h, attach_btf_tp(&mut loaded.ebpf, h)?));
-            anyhow::Ok(())
-        });
-        loaded.ia32.links.extend(links);
-        if let Err(e) = attached {
-            let hooks: Vec<&'static Hook> = loaded
-                .ia32
-                .links
-                .drain(..)
-                .map(|(h, _)| h)
-                .chain(entries)
-                .collect();
-            give_up_ia32_hooks(loaded, &hooks, "failed to attach", &e)?;
-            return Err(e.context(
-                "attaching tp_btf sys_enter for ia32 syscalls again (sys_enter and sys_exit \
-                 unloaded: what 32-bit processes spawn is counted unseen from now on)",
-            ));
-        }
+        attach_on_demand(loaded, &entries)?;
         loaded.ia32.entries_detached_at = None;
         set_standby_status(loaded, &entries, "standby", "attached");
         return Ok(true);

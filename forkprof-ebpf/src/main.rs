@@ -59,7 +59,10 @@ macro_rules! syscall_entry {
             if maps::bench_empty() {
                 return 0;
             }
-            probes::syscalls::on_enter_of(|| maps::BtfPtr::new(ctx.arg(0)), $nr);
+            probes::syscalls::on_enter_of(
+                |i| probes::syscalls::arg_in_regs(maps::BtfPtr::new(ctx.arg(0)), i),
+                $nr,
+            );
             0
         }
     };
@@ -171,11 +174,11 @@ syscall_entry!(
 macro_rules! syscall_event_entry {
     ($program:ident, $event:tt, $nr:expr) => {
         #[tracepoint(category = "syscalls", name = $event)]
-        pub fn $program(_ctx: TracePointContext) -> u32 {
+        pub fn $program(ctx: TracePointContext) -> u32 {
             if maps::bench_empty() {
                 return 0;
             }
-            probes::syscalls::on_event_entry($nr);
+            probes::syscalls::on_event_entry(&ctx, $nr);
             0
         }
     };

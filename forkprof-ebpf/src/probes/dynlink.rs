@@ -18,14 +18,14 @@ use forkprof_common::{
     ld_state, nr, stat,
 };
 
-use crate::maps::{self, BtfPtr, EVENTS, regs};
+use crate::maps::{self, EVENTS};
 
 const ARCH_SET_FS: u64 = 0x1002;
 const PROT_READ: u64 = 0x1;
 
 /// Called for the syscalls the state machine watches (access, openat, arch_prctl, munmap;
 /// mprotect only while some window is in `ld_state::STATIC`); `ld_syscalls` counts those.
-pub fn on_syscall(regs: impl Fn() -> BtfPtr, id: i64) {
+pub fn on_syscall(arg: impl Fn(u32) -> u64, id: i64) {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_of(tgid) else {
         return;
@@ -37,7 +37,7 @@ pub fn on_syscall(regs: impl Fn() -> BtfPtr, id: i64) {
         return;
     }
     ps.ld_syscalls += 1;
-    let set_fs = || regs().u64_at(regs::DI) == ARCH_SET_FS;
+    let set_fs = || arg(0) == ARCH_SET_FS;
     let precise = maps::precise_ld();
     match ps.ld_state {
         ld_state::START => {
@@ -66,7 +66,7 @@ pub fn on_syscall(regs: impl Fn() -> BtfPtr, id: i64) {
         ld_state::STATIC => {
             // The RELRO mprotect ends static glibc's start-up; any other watched syscall
             // means the program runs already, and static_start ends at arch_prctl.
-            if id == nr::MPROTECT && regs().u64_at(regs::DX) == PROT_READ {
+            if id == nr::MPROTECT && arg(2) == PROT_READ {
                 ps.ld_t1 = maps::now();
             }
             close(ps, ld_outcome::NO_GLIBC_LD);

@@ -58,27 +58,38 @@ pub fn on_enter(ctx: &BtfTracePointContext) {
         return;
     }
     if let Some((id, _)) = as_x86_64(ctx.arg(1)) {
-        on_enter_of(|| BtfPtr::new(ctx.arg(0)), id);
+        on_enter_of(|i| arg_in_regs(BtfPtr::new(ctx.arg(0)), i), id);
     }
+}
+
+/// Argument `i` (0-based, up to 2) of an x86-64 syscall, from the caller's `pt_regs`.
+#[inline(always)]
+pub fn arg_in_regs(regs: BtfPtr, i: u32) -> u64 {
+    regs.u64_at(match i {
+        0 => regs::DI,
+        1 => regs::SI,
+        _ => regs::DX,
+    })
 }
 
 /// A syscall's entry (in the x86-64 table, whatever its ABI: no entry reads an argument that
 /// the ABI moves): from sys_enter, or from fentry on its syscall function, which passes its
 /// number as a constant (the other branches then compile away), or from a classic syscall
-/// event (`on_event_entry`). `regs` gives the caller's `pt_regs`, for the two entries that
-/// read an argument (a classic event's program calls a helper for them).
+/// event (`on_event_entry`). `arg(i)` gives the syscall's argument `i`, for the two entries
+/// that read one (arch_prctl's first, mprotect's third): from the caller's `pt_regs`, or
+/// from a classic event's own record.
 #[inline(always)]
-pub fn on_enter_of(regs: impl Fn() -> BtfPtr, id: i64) {
+pub fn on_enter_of(arg: impl Fn(u32) -> u64, id: i64) {
     match id {
         nr::CLONE | nr::FORK | nr::VFORK | nr::CLONE3 => fork::on_enter(id),
         nr::EXECVE | nr::EXECVEAT => exec::on_enter(),
         // Only the syscalls that move the dynamic-linker state machine look anything up:
         // a spawn makes ~33 syscalls, and most of them pass here with a compare.
         nr::ACCESS | nr::OPENAT | nr::ARCH_PRCTL | nr::MUNMAP if maps::active(active::LD) != 0 => {
-            dynlink::on_syscall(regs, id)
+            dynlink::on_syscall(arg, id)
         }
         // mprotect matters only to a static start-up; ld.so makes one per library (RELRO).
-        nr::MPROTECT if maps::active(active::STATIC_START) != 0 => dynlink::on_syscall(regs, id),
+        nr::MPROTECT if maps::active(active::STATIC_START) != 0 => dynlink::on_syscall(arg, id),
         // Once per process, and only where sched_process_exit follows exit_mm (a constant
         // for the verifier: the branch is pruned on other kernels).
         nr::EXIT_GROUP if maps::layout().exit_at_syscall != 0 => exit::on_exit_group(),
@@ -124,13 +135,30 @@ pub fn on_return_of(regs: BtfPtr, id: i64, ret: i64, abi: Abi) {
     }
 }
 
-/// A classic syscall event's entry (`syscalls:sys_enter_NAME`, `--no-ia32-syscalls`): the
-/// kernel runs it only for its syscall, and never for an ia32 one. Its context holds the
-/// arguments, not the `pt_regs`; the two entries that read one get the task's `pt_regs` from
-/// a helper.
+/// A classic syscall event's entry (`syscalls:sys_enter_NAME`): the kernel runs it only for
+/// its syscall, and never for an ia32 one. Its context holds the arguments themselves (not
+/// the `pt_regs`): after the common header and the syscall number, from byte 16, eight bytes
+/// each (`struct syscall_trace_enter`), so reading one costs a load and no helper call.
 #[inline(always)]
-pub fn on_event_entry(id: i64) {
-    on_enter_of(maps::current_regs, id);
+pub fn on_event_entry(ctx: &TracePointContext, id: i64) {
+    on_enter_of(
+        |i| {
+            // SAFETY: a tracepoint context is readable for the event's size, which holds the
+            // syscall's arguments from byte 16; only arch_prctl's first and mprotect's third
+            // are read, each within its event. (The kernel refuses to attach a program that
+            // reads past its event's fields, EACCES, and the job would fall back to
+            // sys_enter and sys_exit.) A load the verifier checks.
+            unsafe {
+                core::ptr::read_volatile(
+                    ctx.as_ptr()
+                        .cast::<u8>()
+                        .add(16 + 8 * i as usize)
+                        .cast::<u64>(),
+                )
+            }
+        },
+        id,
+    );
 }
 
 /// A classic syscall event's return (`syscalls:sys_exit_NAME`): `ret` at byte 16 of its

@@ -125,7 +125,7 @@ pub fn bench_empty() -> bool {
 
 /// Field offsets and hook choices for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
-static KERNEL_LAYOUT: KernelLayout = KernelLayout {
+pub(crate) static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     task_pid: 0,
     task_tgid: 0,
     task_exit_code: 0,
@@ -341,11 +341,25 @@ pub fn precise_ld() -> bool {
     unsafe { core::ptr::read_volatile(&PRECISE_LD) != 0 }
 }
 
+/// The whole kernel layout, for the rare path that walks a path's names with a dozen of its
+/// fields. Everywhere else, `kernel_layout!` reads the one field it needs: this copy is a
+/// volatile load of each of its 30-odd fields, at every use.
 #[inline(always)]
 pub fn layout() -> KernelLayout {
     // SAFETY: as in `trace_all`.
     unsafe { core::ptr::read_volatile(&KERNEL_LAYOUT) }
 }
+
+/// One field of `KERNEL_LAYOUT` as the loader wrote it: a volatile load of that field alone,
+/// so that the compiler neither folds the global's initial value nor loads the rest.
+macro_rules! kernel_layout {
+    ($field:ident) => {
+        // SAFETY: a field of a global that lives as long as the program, rewritten by the
+        // loader before it is loaded (as in `trace_all`).
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!($crate::maps::KERNEL_LAYOUT.$field)) }
+    };
+}
+pub(crate) use kernel_layout;
 
 #[inline(always)]
 pub fn now() -> u64 {
@@ -399,7 +413,7 @@ pub fn in_compat_syscall() -> bool {
 /// `in_compat_syscall` of `task` (a task pointer, such as a tracepoint's current task).
 #[inline(always)]
 pub fn is_compat(task: BtfPtr) -> bool {
-    task.u32_at(layout().task_thread_status) & TS_COMPAT != 0
+    task.u32_at(kernel_layout!(task_thread_status)) & TS_COMPAT != 0
 }
 
 #[inline(always)]
@@ -830,7 +844,7 @@ impl BtfPtr {
     /// `bpf_get_current_comm` returns, without its string copy and padding.
     #[inline(always)]
     pub fn comm(self) -> [u64; 2] {
-        let at = layout().task_comm;
+        let at = kernel_layout!(task_comm);
         [self.u64_at(at), self.u64_at(at + 8)]
     }
 }

@@ -23,7 +23,7 @@ use forkprof_common::{
 };
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window, path, syscalls::Abi};
-use crate::maps::{self, BtfPtr, EVENTS, EXEC_ATTEMPTS, regs};
+use crate::maps::{self, BtfPtr, EVENTS, EXEC_ATTEMPTS, kernel_layout, regs};
 
 /// argv entries counted (not copied) beyond `ARG_SLOTS` after a failed attempt.
 const ARGC_COUNT_MAX: u32 = 512;
@@ -116,9 +116,8 @@ fn take_attempt(ps: &mut ProcState, tid: u32) -> Option<ExecState> {
 /// nothing else.
 #[inline(always)]
 fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
-    let layout = maps::layout();
-    rec.argc = bprm.u32_at(layout.bprm_argc);
-    let filename = bprm.ptr_at(layout.bprm_filename);
+    rec.argc = bprm.u32_at(kernel_layout!(bprm_argc));
+    let filename = bprm.ptr_at(kernel_layout!(bprm_filename));
     // SAFETY: a kernel string; the helper validates the address, always NUL-terminates, and
     // zeroes the buffer when it fails.
     let given = unsafe {
@@ -134,8 +133,11 @@ fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
         return;
     }
     // The tracepoint's task is the current one, whose mm is the new image's.
-    let mm = task.ptr_at(layout.task_mm);
-    let (start, end) = (mm.u64_at(layout.mm_arg_start), mm.u64_at(layout.mm_arg_end));
+    let mm = task.ptr_at(kernel_layout!(task_mm));
+    let (start, end) = (
+        mm.u64_at(kernel_layout!(mm_arg_start)),
+        mm.u64_at(kernel_layout!(mm_arg_end)),
+    );
     let len = if end > start {
         (end - start).min(ARGV_LEN as u64) as u32
     } else {
@@ -295,7 +297,7 @@ pub fn on_prepare_exec() {
 pub fn on_process_exec(ctx: &BtfTracePointContext) {
     let task = BtfPtr::new(ctx.arg(0));
     // The task's tgid by a load: no helper call.
-    let tgid = task.u32_at(maps::layout().task_tgid);
+    let tgid = task.u32_at(kernel_layout!(task_tgid));
     let attempt = if maps::active(active::EXECS) == 0 {
         None
     } else {

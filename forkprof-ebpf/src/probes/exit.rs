@@ -15,7 +15,7 @@ use aya_ebpf::programs::BtfTracePointContext;
 use forkprof_common::{ExitRecord, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
-use crate::maps::{self, BtfPtr, EVENTS};
+use crate::maps::{self, BtfPtr, EVENTS, kernel_layout};
 
 const SIGCHLD: i64 = 17;
 
@@ -34,12 +34,11 @@ pub fn on_exit_group_dead(ctx: &BtfTracePointContext) {
 #[inline(always)]
 pub fn on_exit_task_only(ctx: &BtfTracePointContext) {
     let task = BtfPtr::new(ctx.arg(0));
-    let layout = maps::layout();
-    let signal = task.ptr_at(layout.task_signal);
-    if signal.is_null() || signal.u32_at(layout.signal_live) != 0 {
+    let signal = task.ptr_at(kernel_layout!(task_signal));
+    if signal.is_null() || signal.u32_at(kernel_layout!(signal_live)) != 0 {
         return;
     }
-    let tgid = task.u32_at(layout.task_tgid);
+    let tgid = task.u32_at(kernel_layout!(task_tgid));
     let started = match maps::proc_of(tgid) {
         // SAFETY: map value of a traced process.
         Some(ps) => unsafe { (*ps).exit_start_ns },
@@ -67,7 +66,7 @@ pub fn on_exit_group() {
 #[inline(always)]
 fn on_last_thread_exit(task: BtfPtr, started: u64) {
     // The exiting task is the current one: its tgid by a load, no helper call.
-    let tgid = task.u32_at(maps::layout().task_tgid);
+    let tgid = task.u32_at(kernel_layout!(task_tgid));
     let Some(ps) = maps::proc_state(tgid, true) else {
         return;
     };
@@ -87,7 +86,7 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     let key = ps.key;
     let rec = &mut ps.exit;
     maps::set_header(&mut rec.hdr, kind::EXIT, now, key);
-    rec.exit_code = task.u32_at(maps::layout().task_exit_code);
+    rec.exit_code = task.u32_at(kernel_layout!(task_exit_code));
     rec.notified = 0;
     rec.exit_teardown_ns = 0;
     rec.cow_faults = cow.faults;
@@ -100,7 +99,7 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     maps::active_add(active::EXITS, 1);
     // No exit signal (clone with none): the parent will only be woken, and nothing marks
     // that. The record goes now, not at the task's free, which RCU can put off for seconds.
-    if task.u32_at(maps::layout().task_exit_signal) == 0 {
+    if task.u32_at(kernel_layout!(task_exit_signal)) == 0 {
         finish(tgid, false);
     }
 }
@@ -140,7 +139,7 @@ pub fn on_signal(ctx: &aya_ebpf::programs::RawTracePointContext) {
     // Only another signal than SIGCHLD costs a helper call and a load: the exiting task's
     // own exit signal.
     if sig != SIGCHLD
-        && sig != i64::from(BtfPtr::current_task().u32_at(maps::layout().task_exit_signal))
+        && sig != i64::from(BtfPtr::current_task().u32_at(kernel_layout!(task_exit_signal)))
     {
         return;
     }
@@ -153,9 +152,8 @@ pub fn on_free(ctx: &BtfTracePointContext) {
         return;
     }
     let task = BtfPtr::new(ctx.arg(0));
-    let layout = maps::layout();
-    let pid = task.u32_at(layout.task_pid);
-    if pid != task.u32_at(layout.task_tgid) {
+    let pid = task.u32_at(kernel_layout!(task_pid));
+    if pid != task.u32_at(kernel_layout!(task_tgid)) {
         return;
     }
     finish(pid, false);

@@ -8,7 +8,7 @@ use forkprof_common::{
 };
 
 use super::exit::finish as finish_exit;
-use crate::maps::{self, BtfPtr, EVENTS, regs};
+use crate::maps::{self, BtfPtr, EVENTS, kernel_layout, regs};
 
 pub fn on_enter(id: i64) {
     // A fork outside the `--cgroup` scope is not traced, even by a followed process.
@@ -54,24 +54,23 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
     };
     let flags: u64 = ctx.arg(1);
     let task = BtfPtr::new(ctx.arg(0));
-    let layout = maps::layout();
     // The child's creation: its own start time, which copy_process took shortly before this
     // tracepoint with the clock of `maps::now` (a load instead of a clock read).
-    let created = task.u64_at(layout.task_start_time);
+    let created = task.u64_at(kernel_layout!(task_start_time));
     {
         // SAFETY: map value of a traced process; this borrow ends before `parent` is used
         // again below.
         let Some(fs) = maps::fork_of(unsafe { &mut *parent }, tgid, tid) else {
             return;
         };
-        fs.child_tid = task.u32_at(layout.task_pid);
+        fs.child_tid = task.u32_at(kernel_layout!(task_pid));
         fs.clone_flags = flags;
         fs.created_ns = created;
     }
     if flags & clone_flags::CLONE_THREAD != 0 {
         return;
     }
-    let child_tgid = task.u32_at(layout.task_tgid);
+    let child_tgid = task.u32_at(kernel_layout!(task_tgid));
     // SAFETY: as above.
     let parent = unsafe { &mut *parent };
     let shares_vm = flags & clone_flags::CLONE_VM != 0;

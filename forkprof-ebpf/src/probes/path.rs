@@ -43,8 +43,7 @@ const PROC_MASK: u64 = 0xffff_ffff_ffff;
 #[inline(always)]
 pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPtr>) {
     rec.path_walk = 0;
-    let layout = maps::layout();
-    if layout.walk_paths == 0 || given <= 1 || given >= PATH_LEN as i64 {
+    if maps::kernel_layout!(walk_paths) == 0 || given <= 1 || given >= PATH_LEN as i64 {
         return;
     }
     // The kind of path first, from the bytes already read: an absolute one (nearly every
@@ -54,12 +53,14 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
         0
     } else if let Some(bprm) = bprm
         && names_a_file(&rec.path)
-        && bprm.u64_at(layout.bprm_interp) == bprm.u64_at(layout.bprm_filename)
+        && bprm.u64_at(maps::kernel_layout!(bprm_interp))
+            == bprm.u64_at(maps::kernel_layout!(bprm_filename))
     {
-        bprm.u64_at(layout.bprm_file)
+        bprm.u64_at(maps::kernel_layout!(bprm_file))
     } else {
         return;
     };
+    let layout = maps::layout();
     let fs = kernel_u64(BtfPtr::current_task().raw() as u64 + layout.task_fs as u64);
     if fs == 0 {
         return;

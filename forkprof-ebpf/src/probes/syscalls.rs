@@ -92,7 +92,7 @@ pub fn on_enter_of(arg: impl Fn(u32) -> u64, id: i64) {
         nr::MPROTECT if maps::active(active::STATIC_START) != 0 => dynlink::on_syscall(arg, id),
         // Once per process, and only where sched_process_exit follows exit_mm (a constant
         // for the verifier: the branch is pruned on other kernels).
-        nr::EXIT_GROUP if maps::layout().exit_at_syscall != 0 => exit::on_exit_group(),
+        nr::EXIT_GROUP if maps::kernel_layout!(exit_at_syscall) != 0 => exit::on_exit_group(),
         _ => {}
     }
 }

@@ -1141,10 +1141,10 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
                     .push(format!("{} ({NO_FENTRY})", source.hooks[0].target.label()));
                 continue;
             }
-            // tracefs only for a source that is to be used (doctor does not mount it): a
-            // failure shows where the events fail to attach ("tracefs not found").
+            // tracefs only for a source that may be used. doctor mounts it as `run` does, so
+            // that the sources it names are the ones `run` would use; where the mount fails,
+            // the events' lines say so ("tracefs not found").
             if classic_asked
-                && !opts.try_all
                 && source.hooks.iter().any(needs_tracefs)
                 && let Err(e) = ensure_tracefs()
             {

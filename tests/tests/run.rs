@@ -948,3 +948,43 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             > 0.0
     );
 }
+
+/// Where tracefs is mounted nowhere (as on a host whose init does not mount it), `doctor`
+/// mounts it as `run` does, so that the syscall source it names is the one `run` would use:
+/// the classic events, not sys_enter/sys_exit. Run in a mount namespace of its own, so that
+/// the host's tracefs stays mounted for the other tests.
+#[test]
+fn doctor_names_runs_syscall_source_where_tracefs_is_not_mounted() {
+    needs_root!();
+    let script = r#"
+        for d in /sys/kernel/debug/tracing /sys/kernel/debug /sys/kernel/tracing; do
+            umount "$d" 2>/dev/null
+        done
+        if grep -q ' tracefs ' /proc/mounts; then
+            echo "tracefs still mounted in the namespace" >&2
+            exit 99
+        fi
+        "$0" doctor --json
+    "#;
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(forkprof())
+        // fentry refused, as under lockdown: the classic events are the source run uses
+        .env("FORKPROF_TEST_NO_FENTRY", "1")
+        .output()
+        .expect("unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("mounted tracefs at /sys/kernel/tracing"),
+        "{stderr}"
+    );
+    let doctor: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor's JSON");
+    let fork = doctor["phases"]["fork"].as_str().unwrap_or_default();
+    assert!(
+        fork.starts_with(SYSCALL_EVENTS_SOURCE),
+        "fork from {fork:?}"
+    );
+    // the namespace's mounts went with it
+    assert!(std::path::Path::new("/sys/kernel/tracing/events").is_dir());
+}

@@ -341,15 +341,6 @@ pub fn precise_ld() -> bool {
     unsafe { core::ptr::read_volatile(&PRECISE_LD) != 0 }
 }
 
-/// The whole kernel layout, for the rare path that walks a path's names with a dozen of its
-/// fields. Everywhere else, `kernel_layout!` reads the one field it needs: this copy is a
-/// volatile load of each of its 30-odd fields, at every use.
-#[inline(always)]
-pub fn layout() -> KernelLayout {
-    // SAFETY: as in `trace_all`.
-    unsafe { core::ptr::read_volatile(&KERNEL_LAYOUT) }
-}
-
 /// One field of `KERNEL_LAYOUT` as the loader wrote it: a volatile load of that field alone,
 /// so that the compiler neither folds the global's initial value nor loads the rest.
 macro_rules! kernel_layout {

@@ -60,23 +60,35 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
     } else {
         return;
     };
-    let layout = maps::layout();
-    let fs = kernel_u64(BtfPtr::current_task().raw() as u64 + layout.task_fs as u64);
+    // The layout's fields the walk uses, each read once (`kernel_layout!`).
+    let dentry_name = maps::kernel_layout!(dentry_name) as u64;
+    let dentry_parent = maps::kernel_layout!(dentry_parent) as u64;
+    let file_path = maps::kernel_layout!(file_path) as u64;
+    let fs_pwd = maps::kernel_layout!(fs_pwd) as u64;
+    let fs_root = maps::kernel_layout!(fs_root) as u64;
+    let mount_mnt = maps::kernel_layout!(mount_mnt) as u64;
+    let mount_mountpoint = maps::kernel_layout!(mount_mountpoint) as u64;
+    let mount_parent = maps::kernel_layout!(mount_parent) as u64;
+    let path_dentry = maps::kernel_layout!(path_dentry) as u64;
+    let path_mnt = maps::kernel_layout!(path_mnt) as u64;
+    let task_fs = maps::kernel_layout!(task_fs) as u64;
+    let vfsmount_root = maps::kernel_layout!(vfsmount_root) as u64;
+    let fs = kernel_u64(BtfPtr::current_task().raw() as u64 + task_fs);
     if fs == 0 {
         return;
     }
     let (start, flags) = if from_cwd {
-        (fs + layout.fs_pwd as u64, path_walk::FROM_CWD)
+        (fs + fs_pwd, path_walk::FROM_CWD)
     } else {
-        (file + layout.file_path as u64, 0)
+        (file + file_path, 0)
     };
-    let mut mnt = kernel_u64(start + layout.path_mnt as u64);
-    let mut dentry = kernel_u64(start + layout.path_dentry as u64);
-    let root = fs + layout.fs_root as u64;
-    let root_mnt = kernel_u64(root + layout.path_mnt as u64);
-    let root_dentry = kernel_u64(root + layout.path_dentry as u64);
-    let mut mount = mnt.wrapping_sub(layout.mount_mnt as u64);
-    let mut mnt_root = kernel_u64(mnt + layout.vfsmount_root as u64);
+    let mut mnt = kernel_u64(start + path_mnt);
+    let mut dentry = kernel_u64(start + path_dentry);
+    let root = fs + fs_root;
+    let root_mnt = kernel_u64(root + path_mnt);
+    let root_dentry = kernel_u64(root + path_dentry);
+    let mut mount = mnt.wrapping_sub(mount_mnt);
+    let mut mnt_root = kernel_u64(mnt + vfsmount_root);
     // First the walk, which keeps each step's name address (`CROSSED` for a mount) in the
     // record's argv (written only after the path), then the names' reads. Two loops, each
     // with one precise value for the verifier (the step; the read's offset) and branches
@@ -97,18 +109,18 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
         if dentry == mnt_root {
             // The root of a mount: go on from its mountpoint, in its parent mount. The top
             // mount (of this namespace, or an internal one such as memfd's) is its own parent.
-            let parent = kernel_u64(mount + layout.mount_parent as u64);
+            let parent = kernel_u64(mount + mount_parent);
             if parent == mount || parent == 0 {
                 complete = true;
                 break;
             }
-            dentry = kernel_u64(mount + layout.mount_mountpoint as u64);
+            dentry = kernel_u64(mount + mount_mountpoint);
             mount = parent;
-            mnt = mount + layout.mount_mnt as u64;
-            mnt_root = kernel_u64(mnt + layout.vfsmount_root as u64);
+            mnt = mount + mount_mnt;
+            mnt_root = kernel_u64(mnt + vfsmount_root);
         } else {
-            let parent = kernel_u64(dentry + layout.dentry_parent as u64);
-            name = kernel_u64(dentry + layout.dentry_name as u64);
+            let parent = kernel_u64(dentry + dentry_parent);
+            name = kernel_u64(dentry + dentry_name);
             // Its own parent, yet no mount's root: a dentry outside any tree, such as a
             // memfd's ("memfd:NAME", which d_path shows as "/memfd:NAME (deleted)"). Its name
             // is the last one.

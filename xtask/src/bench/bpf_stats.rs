@@ -39,8 +39,15 @@ pub(super) fn measure_with(
     iterations: u32,
 ) -> Result<Vec<ProgStat>> {
     let sysctl = Path::new("/proc/sys/kernel/bpf_stats_enabled");
+    // Found on this PATH, and passed by its path: the traced command runs with a fixed
+    // PATH (`clean_env`), which may not hold it.
+    let bpftool = std::env::var_os("PATH")
+        .and_then(|path| find_on(&path, "bpftool"))
+        .context(
+            "bpftool is not on PATH (Debian's package bpftool; `cargo xtask setup` installs it)",
+        )?;
     let before = bpftool_progs(&crate::output(
-        Command::new("bpftool").args(["prog", "show"]),
+        Command::new(&bpftool).args(["prog", "show"]),
     ));
     let old = fs::read_to_string(sysctl).context("cannot read kernel.bpf_stats_enabled")?;
     fs::write(sysctl, "1").context("cannot set kernel.bpf_stats_enabled")?;
@@ -50,8 +57,8 @@ pub(super) fn measure_with(
     // between the programs' attach and the loop (forkprof's start-up; under record and
     // monitor, the script's polls for the ready line, each a grep and a sleep traced in
     // full) is not charged to the loop.
-    let then_bpftool = "bpftool prog show > \"$3.start\" && \"$0\" \"$1\" \"$2\" \
-                        && bpftool prog show > \"$3\"";
+    let then_bpftool = "\"$4\" prog show > \"$3.start\" && \"$0\" \"$1\" \"$2\" \
+                        && \"$4\" prog show > \"$3\"";
     let mut cmd = match mode {
         FloorMode::Run => {
             let mut c = Command::new(forkprof);
@@ -80,6 +87,7 @@ pub(super) fn measure_with(
         .arg(iterations.to_string())
         .arg(paths.loop_arg())
         .arg(&out)
+        .arg(&bpftool)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -113,6 +121,14 @@ pub(super) fn measure_with(
         bail!("bpftool showed no forkprof programs");
     }
     Ok(stats)
+}
+
+/// The first executable file called `name` in the directories of `path` (a PATH value).
+fn find_on(path: &std::ffi::OsStr, name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::split_paths(path)
+        .map(|dir| dir.join(name))
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 /// Each program's statistics at `end` less those it had at `start` (all of them for one
@@ -215,6 +231,15 @@ pub(super) fn table(stats: &[ProgStat], iterations: u32, bare_us: Option<f64>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_an_executable_on_a_path_value() {
+        let path = std::ffi::OsStr::new("/nonexistent:/etc:/bin");
+        // /etc/passwd is a file but not executable; /bin/sh is both
+        assert_eq!(find_on("/nonexistent:/etc".as_ref(), "passwd"), None);
+        assert_eq!(find_on(path, "sh"), Some("/bin/sh".into()));
+        assert_eq!(find_on(path, "no-such-program"), None);
+    }
 
     #[test]
     fn parses_bpftool_output() {

@@ -159,9 +159,14 @@ pub(super) fn pairs(
             ) {
                 r.push((tc + tracer) / bc);
             }
+            // CPU time too, so that a run stopped before its table still gives both
+            let cpu = match (b.cpu_us, t.cpu_us) {
+                (Some(bc), Some(tc)) => format!(" (CPU {})", pct(tc / bc)),
+                _ => String::new(),
+            };
             let _ = write!(
                 line,
-                "\n  bare {:.1} us (bg {:.2}) / {} {:.1} us (bg {:.2}): {}",
+                "\n  bare {:.1} us (bg {:.2}) / {} {:.1} us (bg {:.2}): {}{cpu}",
                 b.us,
                 b.background,
                 tool.label(),

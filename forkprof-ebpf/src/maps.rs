@@ -696,7 +696,8 @@ pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInsert
     // By reference: the value itself would be copied onto the stack first.
     let source: &ProcState = t;
     let inserted = PROCS_SPILL.insert(tgid, source, BPF_NOEXIST);
-    t.owner = 0;
+    // Volatile: zero stores side by side would be merged into a `memset` call (a byte loop).
+    store(&mut t.owner, 0);
     fill(t, &NewProc::default());
     match inserted {
         Ok(()) => {
@@ -717,7 +718,10 @@ pub fn insert_proc(tgid: u32, new: &NewProc) -> Result<*mut ProcState, NotInsert
 /// Writes a new entry's fields that are not zero (or, from a default `NewProc`, zeroes them).
 #[inline(always)]
 fn fill(ps: &mut ProcState, new: &NewProc) {
-    ps.key = new.key;
+    // Volatile, as `owner` in `insert_proc`: no `memset`.
+    store(&mut ps.key.start_ns, new.key.start_ns);
+    store(&mut ps.key.pid, new.key.pid);
+    store(&mut ps.key._pad, new.key._pad);
     ps.parent_tgid = new.parent_tgid;
     ps.in_cow_window = new.in_cow_window;
     ps.child_state = new.child_state;

@@ -40,23 +40,26 @@ pub fn on_enter() {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     let start = maps::now();
-    let attempt = ExecState {
-        start_ns: start,
-        prepared_at: 0,
-        loaded_at: 0,
-        tid: u64::from(tid),
-    };
+    // The attempt's times are written field by field, never as a struct built on the stack:
+    // LLVM turns that struct's two zero words into a `memset` call, a byte loop in BPF.
     match attempt_of(ps, tid) {
         // The same thread again: its last attempt's return was not seen.
-        // SAFETY: this thread's attempt, which only this thread writes.
-        Some(a) => unsafe { a.write_volatile(attempt) },
+        Some(a) => {
+            // SAFETY: this thread's attempt, which only this thread writes.
+            let a = unsafe { &mut *a };
+            restart(a, start);
+        }
         None => {
             // The entry's attempt is the first thread's to claim it.
             if maps::claim_u64(&mut ps.exec.tid, u64::from(tid)) {
-                maps::store(&mut ps.exec.start_ns, start);
-                maps::store(&mut ps.exec.prepared_at, 0);
-                maps::store(&mut ps.exec.loaded_at, 0);
+                restart(&mut ps.exec, start);
             } else {
+                let attempt = ExecState {
+                    start_ns: start,
+                    prepared_at: 0,
+                    loaded_at: 0,
+                    tid: u64::from(tid),
+                };
                 if EXEC_ATTEMPTS.insert(tid, attempt, 0).is_err() {
                     maps::count_lost(stat::STATE_MAP_FULL);
                     return;
@@ -72,6 +75,14 @@ pub fn on_enter() {
     if child_run != 0 {
         ps.child_run_ns = child_run;
     }
+}
+
+/// Starts an attempt's times afresh at `start` (its `tid` is the caller's already).
+#[inline(always)]
+fn restart(a: &mut ExecState, start: u64) {
+    maps::store(&mut a.start_ns, start);
+    maps::store(&mut a.prepared_at, 0);
+    maps::store(&mut a.loaded_at, 0);
 }
 
 /// Thread `tid`'s exec attempt in flight: in its process's entry, or in `EXEC_ATTEMPTS`

@@ -425,6 +425,57 @@ fn the_kernel_programs_only_read() {
     }
 }
 
+/// No program calls LLVM's BPF `memset`, `memcpy`, `memmove`, `memcmp` or `bcmp`. Each is a
+/// byte loop (five instructions a byte for `memset`) behind a BPF function call, which LLVM
+/// emits for a run of zero stores to neighbouring fields or a large copy: one on every exec
+/// went unseen for weeks. Write such fields one at a time, volatile where LLVM would merge
+/// them (docs/kernel-findings.md, "No byte loops"). Read from the object's relocations.
+#[test]
+fn the_kernel_programs_call_no_byte_loops() {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    const BYTE_LOOPS: [&str; 5] = ["memset", "memcpy", "memmove", "memcmp", "bcmp"];
+    let path = built_ebpf_object();
+    let data = std::fs::read(&path).unwrap();
+    assert!(
+        !data.is_empty(),
+        "{} is empty: forkprof was built with AYA_BUILD_SKIP=1",
+        path.display()
+    );
+    let file = object::File::parse(&*data).expect("the eBPF object is an ELF file");
+    let (mut ring_buffer_uses, mut calls) = (0, Vec::new());
+    for section in file.sections() {
+        for (offset, relocation) in section.relocations() {
+            let object::RelocationTarget::Symbol(index) = relocation.target() else {
+                continue;
+            };
+            let name = file
+                .symbol_by_index(index)
+                .ok()
+                .and_then(|s| s.name().ok())
+                .unwrap_or_default();
+            if name == "EVENTS" {
+                ring_buffer_uses += 1;
+            }
+            if BYTE_LOOPS.contains(&name) {
+                let section = section.name().unwrap_or("?");
+                calls.push(format!("{section}+{offset:#x}: {name}"));
+            }
+        }
+    }
+    assert!(
+        ring_buffer_uses > 3,
+        "{ring_buffer_uses} uses of the ring buffer `EVENTS` among {}'s relocations: the scan is broken",
+        path.display()
+    );
+    assert!(
+        calls.is_empty(),
+        "{} calls a byte loop {} times:\n{}",
+        path.display(),
+        calls.len(),
+        calls.join("\n")
+    );
+}
+
 /// The storm's width: two threads per CPU of the test VM (2 vCPUs). Fixed, not scaled with
 /// the host: on a host of 64 CPUs, 128 spawning threads may spawn faster than one agent
 /// collects, and the lazy storm's test asks that nothing at all is lost.

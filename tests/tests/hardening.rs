@@ -338,6 +338,18 @@ fn built_ebpf_object() -> std::path::PathBuf {
     object
 }
 
+/// `built_ebpf_object`'s path and bytes, which must not be empty.
+fn read_built_ebpf_object() -> (std::path::PathBuf, Vec<u8>) {
+    let path = built_ebpf_object();
+    let object = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        !object.is_empty(),
+        "{} is empty: forkprof was built with AYA_BUILD_SKIP=1",
+        path.display()
+    );
+    (path, object)
+}
+
 /// The helper ids of every helper call in the object's executable sections: a BPF
 /// instruction is 8 bytes (code, dst_reg:4 | src_reg:4, off:16, imm:32, little-endian for
 /// bpfel); a call (BPF_JMP | BPF_CALL, 0x85) with src_reg 0 calls helper `imm` (src_reg 1 is
@@ -387,13 +399,7 @@ fn the_kernel_programs_only_read() {
         (109, "bpf_send_signal"),
         (117, "bpf_send_signal_thread"),
     ];
-    let path = built_ebpf_object();
-    let object = std::fs::read(&path).unwrap();
-    assert!(
-        !object.is_empty(),
-        "{} is empty: forkprof was built with AYA_BUILD_SKIP=1",
-        path.display()
-    );
+    let (path, object) = read_built_ebpf_object();
     let calls = helper_calls(&object);
     let mut ids = std::collections::BTreeMap::<u32, usize>::new();
     for &id in &calls {
@@ -434,13 +440,7 @@ fn the_kernel_programs_only_read() {
 fn the_kernel_programs_call_no_byte_loops() {
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
     const BYTE_LOOPS: [&str; 5] = ["memset", "memcpy", "memmove", "memcmp", "bcmp"];
-    let path = built_ebpf_object();
-    let data = std::fs::read(&path).unwrap();
-    assert!(
-        !data.is_empty(),
-        "{} is empty: forkprof was built with AYA_BUILD_SKIP=1",
-        path.display()
-    );
+    let (path, data) = read_built_ebpf_object();
     let file = object::File::parse(&*data).expect("the eBPF object is an ELF file");
     let (mut ring_buffer_uses, mut calls) = (0, Vec::new());
     for section in file.sections() {

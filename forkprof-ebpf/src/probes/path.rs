@@ -17,7 +17,7 @@
 use aya_ebpf::helpers::generated;
 use forkprof_common::{ExecAttemptRecord, PATH_LEN, path_walk};
 
-use crate::maps::{self, BtfPtr, kernel_u64};
+use crate::maps::{BtfPtr, kernel_layout, kernel_u64};
 
 /// The most steps a walk takes: one a name, or one a crossing from a mount to its
 /// mountpoint. A deeper path's first names are left out (the record says it is incomplete).
@@ -43,7 +43,7 @@ const PROC_MASK: u64 = 0xffff_ffff_ffff;
 #[inline(always)]
 pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPtr>) {
     rec.path_walk = 0;
-    if maps::kernel_layout!(walk_paths) == 0 || given <= 1 || given >= PATH_LEN as i64 {
+    if kernel_layout!(walk_paths) == 0 || given <= 1 || given >= PATH_LEN as i64 {
         return;
     }
     // The kind of path first, from the bytes already read: an absolute one (nearly every
@@ -53,26 +53,25 @@ pub fn make_absolute(rec: &mut ExecAttemptRecord, given: i64, bprm: Option<BtfPt
         0
     } else if let Some(bprm) = bprm
         && names_a_file(&rec.path)
-        && bprm.u64_at(maps::kernel_layout!(bprm_interp))
-            == bprm.u64_at(maps::kernel_layout!(bprm_filename))
+        && bprm.u64_at(kernel_layout!(bprm_interp)) == bprm.u64_at(kernel_layout!(bprm_filename))
     {
-        bprm.u64_at(maps::kernel_layout!(bprm_file))
+        bprm.u64_at(kernel_layout!(bprm_file))
     } else {
         return;
     };
     // The layout's fields the walk uses, each read once (`kernel_layout!`).
-    let dentry_name = maps::kernel_layout!(dentry_name) as u64;
-    let dentry_parent = maps::kernel_layout!(dentry_parent) as u64;
-    let file_path = maps::kernel_layout!(file_path) as u64;
-    let fs_pwd = maps::kernel_layout!(fs_pwd) as u64;
-    let fs_root = maps::kernel_layout!(fs_root) as u64;
-    let mount_mnt = maps::kernel_layout!(mount_mnt) as u64;
-    let mount_mountpoint = maps::kernel_layout!(mount_mountpoint) as u64;
-    let mount_parent = maps::kernel_layout!(mount_parent) as u64;
-    let path_dentry = maps::kernel_layout!(path_dentry) as u64;
-    let path_mnt = maps::kernel_layout!(path_mnt) as u64;
-    let task_fs = maps::kernel_layout!(task_fs) as u64;
-    let vfsmount_root = maps::kernel_layout!(vfsmount_root) as u64;
+    let dentry_name = kernel_layout!(dentry_name) as u64;
+    let dentry_parent = kernel_layout!(dentry_parent) as u64;
+    let file_path = kernel_layout!(file_path) as u64;
+    let fs_pwd = kernel_layout!(fs_pwd) as u64;
+    let fs_root = kernel_layout!(fs_root) as u64;
+    let mount_mnt = kernel_layout!(mount_mnt) as u64;
+    let mount_mountpoint = kernel_layout!(mount_mountpoint) as u64;
+    let mount_parent = kernel_layout!(mount_parent) as u64;
+    let path_dentry = kernel_layout!(path_dentry) as u64;
+    let path_mnt = kernel_layout!(path_mnt) as u64;
+    let task_fs = kernel_layout!(task_fs) as u64;
+    let vfsmount_root = kernel_layout!(vfsmount_root) as u64;
     let fs = kernel_u64(BtfPtr::current_task().raw() as u64 + task_fs);
     if fs == 0 {
         return;

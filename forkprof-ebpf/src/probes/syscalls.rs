@@ -10,7 +10,7 @@ use aya_ebpf::{
 use forkprof_common::{active, nr, nr_ia32};
 
 use super::{dynlink, exec, exit, fork};
-use crate::maps::{self, BtfPtr, regs};
+use crate::maps::{self, BtfPtr, kernel_layout, regs};
 
 /// The calling convention of a syscall: which table its number is from, and where its
 /// arguments are (x86-64: di, si, dx; ia32: bx, cx, dx).
@@ -92,7 +92,7 @@ pub fn on_enter_of(arg: impl Fn(u32) -> u64, id: i64) {
         nr::MPROTECT if maps::active(active::STATIC_START) != 0 => dynlink::on_syscall(arg, id),
         // Once per process, and only where sched_process_exit follows exit_mm (a constant
         // for the verifier: the branch is pruned on other kernels).
-        nr::EXIT_GROUP if maps::kernel_layout!(exit_at_syscall) != 0 => exit::on_exit_group(),
+        nr::EXIT_GROUP if kernel_layout!(exit_at_syscall) != 0 => exit::on_exit_group(),
         _ => {}
     }
 }

@@ -438,11 +438,26 @@ pub struct ProcState {
     /// The exec attempt in flight of the first thread to start one (`tid` 0: none). Another
     /// thread's attempt at the same time is in the map `EXEC_ATTEMPTS`, by tid.
     pub exec: ExecState,
-    /// The exit record waiting for the parent's notification, filled at the last thread's
-    /// exit (`hdr.kind == kind::EXIT` from then on; 0 before). Kept in the process's own
-    /// entry rather than in a map of its own: one hash insert, lookup and delete fewer per
-    /// process (docs/kernel-findings.md).
+    /// The records sent when the process's exit is notified: the exit record, filled at the
+    /// last thread's exit, and the dynamic-linker record held back since its window closed
+    /// (see `ExitRecords`).
+    pub sent_at_exit: ExitRecords,
+}
+
+/// What the kernel sends when a process's exit is notified, as one ring-buffer record: its
+/// exit record, waiting there for the parent's notification since its last thread exited
+/// (`exit.hdr.kind == kind::EXIT` from then on; 0 before), and the record of its last
+/// image's dynamic-linker window, held there since the window closed (`ld.hdr.kind ==
+/// kind::LD`; 0: none held). Both wait in the process's own entry rather than in maps of
+/// their own, and go out together: a ring-buffer record costs a reservation and a commit,
+/// about 0.3 µs (docs/kernel-findings.md). Without a held window the exit record goes
+/// alone (`ExitRecord`'s size). A held window goes on its own where the process execs
+/// again first, and the agent reads the ones still held when a trace ends.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExitRecords {
     pub exit: ExitRecord,
+    pub ld: LdRecord,
 }
 
 /// A parent thread inside a fork-family syscall (`ProcState::fork` for a process's main
@@ -571,6 +586,11 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
 const _: () =
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
+// The two records of `ExitRecords` lie end to end, as the agent reads them.
+const _: () = assert!(
+    core::mem::size_of::<ExitRecords>()
+        == core::mem::size_of::<ExitRecord>() + core::mem::size_of::<LdRecord>()
+);
 const _: () = assert!(
     core::mem::size_of::<ExecAttemptRecord>()
         == 32 + 8 + 8 * 4 + 8 + 8 * 5 + PATH_LEN + 8 + ARGV_LEN

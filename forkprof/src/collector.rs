@@ -2,8 +2,8 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use aya::maps::{MapData, PerCpuArray, RingBuf};
-use forkprof_common::stat;
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf};
+use forkprof_common::{LdRecord, ProcKey, ProcState, kind, stat};
 use tokio::io::{Interest, unix::AsyncFd};
 
 use crate::decode::{Record, decode};
@@ -70,16 +70,28 @@ pub struct Losses {
 pub struct Collector {
     ring: AsyncFd<RingBuf<MapData>>,
     stats: PerCpuArray<MapData, u64>,
+    /// The kernel's process states (`PROC_SLOTS`, by `tgid & slot_mask`, and the spill map
+    /// `PROCS_SPILL`), for the records they hold when a trace ends (`held_ld`).
+    slots: Array<MapData, ProcState>,
+    spill: HashMap<MapData, u32, ProcState>,
+    slot_mask: u32,
     undecodable: u64,
     /// `Pace::poll`.
     poll: Duration,
 }
 
 impl Collector {
-    /// `poll`: the `Pace` the programs were loaded with (`LoadOptions::pace`).
-    pub fn new(ebpf: &mut aya::Ebpf, poll: Duration) -> Result<Self> {
-        let ring = RingBuf::try_from(ebpf.take_map("EVENTS").context("map EVENTS missing")?)?;
-        let stats = PerCpuArray::try_from(ebpf.take_map("STATS").context("map STATS missing")?)?;
+    /// `poll`: the `Pace` the programs were loaded with (`LoadOptions::pace`); `slot_mask`:
+    /// their `PROC_SLOT_MASK` (`Loaded::proc_slot_mask`).
+    pub fn new(ebpf: &mut aya::Ebpf, poll: Duration, slot_mask: u32) -> Result<Self> {
+        let mut take = |name: &str| {
+            ebpf.take_map(name)
+                .with_context(|| format!("map {name} missing"))
+        };
+        let ring = RingBuf::try_from(take("EVENTS")?)?;
+        let stats = PerCpuArray::try_from(take("STATS")?)?;
+        let slots = Array::try_from(take("PROC_SLOTS")?)?;
+        let spill = HashMap::try_from(take("PROCS_SPILL")?)?;
         Ok(Self {
             // SAFETY: the ring buffer owns its fd, which stays open and unchanged for as long
             // as the AsyncFd that owns the ring buffer.
@@ -87,6 +99,9 @@ impl Collector {
                 .map_err(|e| e.into_parts().1)
                 .context("polling the ring buffer")?,
             stats,
+            slots,
+            spill,
+            slot_mask,
             undecodable: 0,
             poll,
         })
@@ -113,6 +128,27 @@ impl Collector {
     /// Hands whatever is in the ring buffer now to `each`, without waiting.
     pub fn drain(&mut self, each: &mut impl FnMut(Record)) {
         drain(self.ring.get_mut(), &mut self.undecodable, each);
+    }
+
+    /// The dynamic-linker records that processes `running` still hold: a process holds its
+    /// window's record from the window's close to its exit, which sends both
+    /// (`ExitRecords`), so the record of one still running when a trace ends is read here,
+    /// from its entry. Only an entry of the same process (its `ProcKey`) counts. An entry
+    /// that cannot be read holds nothing.
+    pub fn held_ld(&self, running: impl IntoIterator<Item = ProcKey>) -> Vec<LdRecord> {
+        running
+            .into_iter()
+            .filter_map(|key| {
+                let state = self
+                    .slots
+                    .get(&(key.pid & self.slot_mask), 0)
+                    .ok()
+                    .filter(|s| s.owner == u64::from(key.pid))
+                    .or_else(|| self.spill.get(&key.pid, 0).ok())?;
+                let ld = state.sent_at_exit.ld;
+                (state.key == key && ld.hdr.kind == kind::LD).then_some(ld)
+            })
+            .collect()
     }
 
     /// Every loss counter now: all of the kernel's `STATS`, and the undecodable items.
@@ -161,7 +197,7 @@ fn drain(ring: &mut RingBuf<MapData>, undecodable: &mut u64, each: &mut impl FnM
         // Consumed before the record is routed: its slot is free for the kernel again.
         drop(item);
         match decoded {
-            Ok(record) => each(record),
+            Ok(records) => records.into_iter().for_each(&mut *each),
             Err(_) => *undecodable += 1,
         }
     }

@@ -3,8 +3,8 @@
 use std::fmt;
 
 use forkprof_common::{
-    ExecAttemptRecord, ExecRecord, ExitRecord, LdRecord, PATH_LEN, RecordHeader, SpawnRecord, kind,
-    path_walk,
+    ExecAttemptRecord, ExecRecord, ExitRecord, ExitRecords, LdRecord, PATH_LEN, RecordHeader,
+    SpawnRecord, kind, path_walk,
 };
 
 #[derive(Clone, Debug)]
@@ -61,20 +61,50 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
+/// The records of one ring-buffer item: one, or for a process's exit as the kernel sends it
+/// (`ExitRecords`), the dynamic-linker record it held back first, if any, then the exit.
+#[derive(Clone, Debug)]
+pub struct Decoded {
+    /// The dynamic-linker record that came with an exit record.
+    pub held_ld: Option<LdRecord>,
+    pub record: Record,
+}
+
+impl IntoIterator for Decoded {
+    type Item = Record;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<Record>, std::iter::Once<Record>>;
+
+    /// In the order of the events: the window closed before the process exited.
+    fn into_iter(self) -> Self::IntoIter {
+        self.held_ld
+            .map(Record::Ld)
+            .into_iter()
+            .chain(std::iter::once(self.record))
+    }
+}
+
 /// Decodes a ring-buffer item: what the kernel sends (an exec attempt as
-/// `ExecAttemptRecord`, which becomes a `Record::Exec`), or a whole `ExecRecord` (kind
-/// `EXEC`, as tests and replays write them).
-pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+/// `ExecAttemptRecord`, which becomes a `Record::Exec`; an exit as `ExitRecords`), or a
+/// whole `ExecRecord` (kind `EXEC`) or a lone `ExitRecord`, as tests and replays write them.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     let hdr: RecordHeader = read(bytes, 0)?;
-    match hdr.kind {
+    let mut held_ld = None;
+    let record = match hdr.kind {
         kind::SPAWN => read(bytes, hdr.kind).map(Record::Spawn),
         kind::EXEC => read(bytes, hdr.kind).map(|r| Record::Exec(Box::new(r))),
         kind::EXEC_ATTEMPT => read::<ExecAttemptRecord>(bytes, hdr.kind)
             .map(|a| Record::Exec(Box::new(exec_record(&a)))),
         kind::LD => read(bytes, hdr.kind).map(Record::Ld),
+        kind::EXIT if bytes.len() >= size_of::<ExitRecords>() => {
+            read::<ExitRecords>(bytes, hdr.kind).map(|both| {
+                held_ld = (both.ld.hdr.kind == kind::LD).then_some(both.ld);
+                Record::Exit(both.exit)
+            })
+        }
         kind::EXIT => read(bytes, hdr.kind).map(Record::Exit),
         other => Err(DecodeError::UnknownKind(other)),
-    }
+    }?;
+    Ok(Decoded { held_ld, record })
 }
 
 /// The `ExecRecord` of an attempt as the kernel sent it: its argv split into slots.
@@ -224,7 +254,7 @@ mod tests {
 
     #[test]
     fn round_trips_a_spawn() {
-        let Record::Spawn(s) = decode(&encode(&spawn())).unwrap() else {
+        let Record::Spawn(s) = decode(&encode(&spawn())).unwrap().record else {
             panic!("wrong kind")
         };
         assert_eq!((s.hdr.proc.pid, s.fork_ns, s.syscall), (42, 3, 57));
@@ -241,6 +271,45 @@ mod tests {
         let mut bad = bytes.clone();
         bad[0] = 99;
         assert_eq!(decode(&bad).unwrap_err(), DecodeError::UnknownKind(99));
+    }
+
+    /// A process's exit as the kernel sends it: with the dynamic-linker record it held, the
+    /// window first (it closed before the exit); without one, the exit alone; a lone exit
+    /// record (as tests and replays write them) is read too.
+    #[test]
+    fn an_exit_brings_the_dynamic_linker_record_it_held() {
+        let exit = ExitRecord {
+            hdr: header(kind::EXIT, 42, 900),
+            exit_code: 3 << 8,
+            ..Default::default()
+        };
+        let ld = LdRecord {
+            hdr: header(kind::LD, 42, 500),
+            outcome: forkprof_common::ld_outcome::COMPLETE,
+            ld_map_ns: 77,
+            ..Default::default()
+        };
+        let kinds = |bytes: &[u8]| -> Vec<(u32, u64)> {
+            decode(bytes)
+                .unwrap()
+                .into_iter()
+                .map(|r| match r {
+                    Record::Ld(l) => (l.hdr.kind, l.ld_map_ns),
+                    Record::Exit(e) => (e.hdr.kind, u64::from(e.exit_code)),
+                    other => panic!("unexpected {other:?}"),
+                })
+                .collect()
+        };
+        let held = encode(&ExitRecords { exit, ld });
+        assert_eq!(kinds(&held), [(kind::LD, 77), (kind::EXIT, 3 << 8)]);
+        let none = encode(&ExitRecords {
+            exit,
+            ld: LdRecord::default(),
+        });
+        assert_eq!(kinds(&none), [(kind::EXIT, 3 << 8)]);
+        assert_eq!(kinds(&encode(&exit)), [(kind::EXIT, 3 << 8)]);
+        // Cut inside the held record: the exit alone, as its own length allows.
+        assert_eq!(kinds(&held[..held.len() - 1]), [(kind::EXIT, 3 << 8)]);
     }
 
     #[test]
@@ -335,7 +404,7 @@ mod tests {
     #[test]
     fn an_exec_attempt_becomes_an_exec_record() {
         let bytes = encode(&attempt(7, 100, b"/bin/cc", &[b"cc", b"-c", b"x.c"]));
-        let Record::Exec(e) = decode(&bytes).unwrap() else {
+        let Record::Exec(e) = decode(&bytes).unwrap().record else {
             panic!("wrong kind")
         };
         assert_eq!(e.hdr.kind, kind::EXEC);

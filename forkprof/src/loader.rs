@@ -678,6 +678,8 @@ pub struct Loaded {
     pub standby: Vec<&'static Hook>,
     /// The same hooks while they are attached on demand, and what they did.
     pub ia32: Ia32OnDemand,
+    /// The kernel's process slot of a tgid is `tgid & proc_slot_mask` (`PROC_SLOT_MASK`).
+    pub proc_slot_mask: u32,
 }
 
 /// `--ia32-syscalls on-demand`'s sys_enter and sys_exit once attached: attached while
@@ -1256,6 +1258,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         deferred,
         standby,
         ia32: Ia32OnDemand::new(),
+        proc_slot_mask,
     })
 }
 

@@ -258,7 +258,7 @@ impl Tracer {
         } else {
             None
         };
-        let collector = Collector::new(&mut loaded.ebpf, pace.poll)?;
+        let collector = Collector::new(&mut loaded.ebpf, pace.poll, loaded.proc_slot_mask)?;
         let mut tracer = Self {
             loaded,
             collector,
@@ -547,6 +547,11 @@ impl TraceSession {
         self.tracer
             .collector
             .drain(&mut |record| keep(trace, writer, names, record));
+        // The dynamic-linker records that processes still running hold until their exit.
+        let held = self.tracer.collector.held_ld(trace.running_after_exec());
+        for ld in held {
+            keep(trace, writer, names, Record::Ld(ld));
+        }
         // Cgroups first seen moments after the hierarchy was last walked.
         for (id, path) in self.names.cgroups.settle() {
             if let Some(w) = writer {

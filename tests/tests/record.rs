@@ -95,6 +95,85 @@ fn run_o_records_what_run_reports() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The kernel holds a dynamic-linker window's record until the process exits, and sends
+/// both as one: each record must still come, once. A process that execs again sends the
+/// first image's with its next exec (`env` execs `true`: two windows, one process), and one
+/// still running when the trace ends has its record read from the kernel's process state
+/// (the script waits a second, so that the sleeper's dynamic linker is done, which takes
+/// about a millisecond).
+#[test]
+fn dynamic_linker_records_come_once_each_from_every_image() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("held.db");
+    let pidfile = dir.join("sleep.pid");
+    let script = format!(
+        "/usr/bin/env /bin/true; /bin/sleep 60 </dev/null >/dev/null 2>&1 & echo $! > {}; \
+         /bin/sleep 1",
+        pidfile.display()
+    );
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &["sh", "-c", &script],
+        |_| {},
+    );
+    let sleeper: u32 = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("the script wrote the sleeper's pid");
+    let _ = Command::new("kill").arg(sleeper.to_string()).status();
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let env_pid = sqlite(
+        &db,
+        "SELECT pid FROM execs WHERE path = '/usr/bin/env' AND errno = 0",
+    );
+    assert!(!env_pid.is_empty(), "no exec of env recorded");
+    // env's window and true's, in that order, each closed at ld.so's last syscall.
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!(
+                "SELECT group_concat(outcome || ':' || (ld_map_ns > 0), ' ') FROM \
+                 (SELECT * FROM lds WHERE pid = {env_pid} ORDER BY ts_ns)"
+            )
+        ),
+        "complete:1 complete:1",
+        "the windows of env and of the true it exec'd"
+    );
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!("SELECT count(*) FROM exits WHERE pid = {env_pid}")
+        ),
+        "1"
+    );
+    // The sleeper never exited while traced: its window's record was still held.
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!(
+                "SELECT count(*), min(outcome), min(ld_map_ns > 0) FROM lds WHERE pid = {sleeper}"
+            )
+        ),
+        "1|complete|1",
+        "the still-running sleeper's window"
+    );
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!("SELECT count(*) FROM exits WHERE pid = {sleeper}")
+        ),
+        "0"
+    );
+    // Every dynamic image's window, once: as many as successful execs of a dynamic binary
+    // (all of them here: sh, env, true, sleep).
+    assert_eq!(
+        sqlite(&db, "SELECT count(*) FROM lds"),
+        sqlite(&db, "SELECT count(*) FROM execs WHERE errno = 0"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn recording_under_sudo_belongs_to_the_user_and_no_args_drops_arguments() {
     needs_root!();

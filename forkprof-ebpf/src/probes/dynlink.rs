@@ -125,7 +125,9 @@ pub fn abandon(ps: &mut ProcState) {
     maps::active_add(active::LD, -1);
 }
 
-/// Closes the window and sends its record. Also called at exit for a window still open.
+/// Closes the window and holds its record in the process's entry, to go out with the exit
+/// record (`ExitRecords`): a ring-buffer record fewer per exec. Also called at exit for a
+/// window still open.
 pub fn close(ps: &mut ProcState, outcome: u32) {
     if ps.ld_state == ld_state::NONE {
         return;
@@ -143,13 +145,12 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     abandon(ps);
     ps.atime_count = 0;
     ps.atime_ns = 0;
-    let Some(mut entry) = EVENTS.reserve::<LdRecord>(0) else {
-        maps::count_lost(stat::RINGBUF_FULL);
-        return;
-    };
-    // SAFETY: the reservation is ours until submitted; every field is written below.
-    let rec = unsafe { &mut *entry.as_mut_ptr() };
-    maps::set_header(&mut rec.hdr, kind::LD, end, ps.key);
+    // A window held already (an exec whose own window closed before it went out) cannot
+    // be: the exec that opened this window sent it (`send_held`).
+    let key = ps.key;
+    let rec = &mut ps.sent_at_exit.ld;
+    rec.hdr.ts_ns = end;
+    rec.hdr.proc = key;
     rec.outcome = outcome;
     rec.openat_count = openat;
     rec.syscalls = syscalls;
@@ -165,5 +166,21 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     maps::store(&mut rec.ld_map_ns, ld_map);
     maps::store(&mut rec.ld_reloc_init_ns, ld_reloc_init);
     maps::store(&mut rec.static_start_ns, static_start);
-    entry.submit(maps::QUIET);
+    // Last: the agent, reading a process still running when a trace ends, takes the record
+    // as held once its kind says so.
+    maps::store(&mut rec.hdr.kind, kind::LD);
+}
+
+/// Sends the dynamic-linker record the process holds, if any, on its own: the process
+/// execs again (its next window would take the place) or leaves the traced set without an
+/// exit record.
+pub fn send_held(ps: &mut ProcState) {
+    let rec = &mut ps.sent_at_exit.ld;
+    if rec.hdr.kind != kind::LD {
+        return;
+    }
+    if EVENTS.output::<LdRecord>(&*rec, maps::QUIET).is_err() {
+        maps::count_lost(stat::RINGBUF_FULL);
+    }
+    maps::store(&mut rec.hdr.kind, 0);
 }

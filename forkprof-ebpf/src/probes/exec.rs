@@ -432,8 +432,9 @@ fn finish(
         cow_faults = cow.faults;
         cow_fault_ns = cow.ns;
         // A window still open from an earlier exec (its image exec'd again before it closed)
-        // is given up without a record.
+        // is given up without a record; one closed and held goes now, before this exec's.
         dynlink::abandon(ps);
+        dynlink::send_held(ps);
         maps::set_ia32(ps, abi == Abi::Ia32);
         if abi == Abi::X64 {
             maps::active_add(active::LD, 1);

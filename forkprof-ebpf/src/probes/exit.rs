@@ -12,7 +12,7 @@
 //! struct's `live` count at 0, and the teardown starts at the process's exit_group entry (or at
 //! sched_process_exit, without exit_mm, for a process killed by a signal).
 use aya_ebpf::programs::BtfTracePointContext;
-use forkprof_common::{ExitRecord, active, kind, ld_outcome, stat};
+use forkprof_common::{ExitRecord, ExitRecords, active, kind, ld_outcome, stat};
 
 use super::{dynlink, fork::close_child_run, mm::close_cow_window};
 use crate::maps::{self, BtfPtr, EVENTS, kernel_layout};
@@ -73,7 +73,7 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     // SAFETY: map value of a traced process.
     let ps = unsafe { &mut *ps };
     // Two threads may both find no live thread left (older kernels); the first one counts.
-    if ps.exit.hdr.kind == kind::EXIT {
+    if ps.sent_at_exit.exit.hdr.kind == kind::EXIT {
         return;
     }
     let now = maps::now();
@@ -84,7 +84,7 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     // Written field by field into the map value: a record built on the stack and copied in
     // would take more stack than 6.1's verifier allows beside the caller's.
     let key = ps.key;
-    let rec = &mut ps.exit;
+    let rec = &mut ps.sent_at_exit.exit;
     maps::set_header(&mut rec.hdr, kind::EXIT, now, key);
     rec.exit_code = task.u32_at(kernel_layout!(task_exit_code));
     rec.notified = 0;
@@ -104,14 +104,16 @@ fn on_last_thread_exit(task: BtfPtr, started: u64) {
     }
 }
 
-/// Sends a pending exit record and forgets the process; nothing for a process whose last
-/// thread has not exited (a thread's SIGCHLD, or the parent of an exiting process).
+/// Sends a pending exit record, with the dynamic-linker record held, and forgets the
+/// process; nothing for a process whose last thread has not exited (a thread's SIGCHLD, or
+/// the parent of an exiting process).
 pub fn finish(tgid: u32, notified: bool) {
     let Some(ps) = maps::proc_of(tgid) else {
         return;
     };
     // SAFETY: map value of a traced process.
-    let rec = unsafe { &mut (*ps).exit };
+    let records = unsafe { &mut (*ps).sent_at_exit };
+    let rec = &mut records.exit;
     if rec.hdr.kind != kind::EXIT {
         return;
     }
@@ -121,10 +123,14 @@ pub fn finish(tgid: u32, notified: bool) {
     } else {
         maps::count_lost(stat::EXIT_WITHOUT_NOTIFY);
     }
-    if EVENTS
-        .output::<ExitRecord>(&*rec, maps::submit_flags())
-        .is_err()
-    {
+    // With the dynamic-linker record held since the window closed, if any: one record.
+    let flags = maps::submit_flags();
+    let sent = if records.ld.hdr.kind == kind::LD {
+        EVENTS.output::<ExitRecords>(&*records, flags)
+    } else {
+        EVENTS.output::<ExitRecord>(&records.exit, flags)
+    };
+    if sent.is_err() {
         maps::count_lost(stat::RINGBUF_FULL);
     }
     maps::remove_proc(tgid);

@@ -7,7 +7,7 @@ use forkprof_common::{
     nr_ia32, stat,
 };
 
-use super::exit::finish as finish_exit;
+use super::{dynlink, exit::finish as finish_exit};
 use crate::maps::{self, BtfPtr, EVENTS, kernel_layout, regs};
 
 pub fn on_enter(id: i64) {
@@ -101,7 +101,12 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
         Ok(_) => {}
         Err(maps::NotInserted::Present) => {
             finish_exit(child_tgid, false);
-            // An entry without a pending exit (a process whose exit was never seen) goes too.
+            // An entry without a pending exit (a process whose exit was never seen) goes too,
+            // after the dynamic-linker record it holds.
+            if let Some(stale) = maps::proc_of(child_tgid) {
+                // SAFETY: map value of a traced process.
+                dynlink::send_held(unsafe { &mut *stale });
+            }
             maps::remove_proc(child_tgid);
             if maps::insert_proc(child_tgid, &child).is_err() {
                 return;

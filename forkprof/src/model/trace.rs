@@ -449,6 +449,15 @@ impl Trace {
         self.cgroups.insert(id, path);
     }
 
+    /// The processes whose dynamic-linker record the kernel may still hold (it sends one
+    /// with the process's exit record): those with a successful exec and no exit yet.
+    pub fn running_after_exec(&self) -> impl Iterator<Item = ProcKey> + '_ {
+        self.processes
+            .iter()
+            .filter(|p| p.exit.is_none() && p.execs.iter().any(|e| e.errno == 0))
+            .map(|p| p.key)
+    }
+
     /// Whether a cgroup id has a name already.
     pub fn knows_cgroup(&self, id: u64) -> bool {
         self.cgroups.contains_key(&id)

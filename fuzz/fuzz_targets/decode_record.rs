@@ -13,8 +13,8 @@ fuzz_target!(|data: &[u8]| {
     while !rest.is_empty() {
         let len = (rest[0] as usize * 8).min(rest.len() - 1);
         let (item, tail) = rest[1..].split_at(len);
-        if let Ok(record) = decode(item) {
-            trace.ingest(record);
+        if let Ok(records) = decode(item) {
+            records.into_iter().for_each(|r| trace.ingest(r));
         }
         rest = tail;
     }

@@ -88,23 +88,26 @@ impl IntoIterator for Decoded {
 /// whole `ExecRecord` (kind `EXEC`) or a lone `ExitRecord`, as tests and replays write them.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     let hdr: RecordHeader = read(bytes, 0)?;
-    let mut held_ld = None;
+    if hdr.kind == kind::EXIT && bytes.len() >= size_of::<ExitRecords>() {
+        let both: ExitRecords = read(bytes, hdr.kind)?;
+        return Ok(Decoded {
+            held_ld: (both.ld.hdr.kind == kind::LD).then_some(both.ld),
+            record: Record::Exit(both.exit),
+        });
+    }
     let record = match hdr.kind {
         kind::SPAWN => read(bytes, hdr.kind).map(Record::Spawn),
         kind::EXEC => read(bytes, hdr.kind).map(|r| Record::Exec(Box::new(r))),
         kind::EXEC_ATTEMPT => read::<ExecAttemptRecord>(bytes, hdr.kind)
             .map(|a| Record::Exec(Box::new(exec_record(&a)))),
         kind::LD => read(bytes, hdr.kind).map(Record::Ld),
-        kind::EXIT if bytes.len() >= size_of::<ExitRecords>() => {
-            read::<ExitRecords>(bytes, hdr.kind).map(|both| {
-                held_ld = (both.ld.hdr.kind == kind::LD).then_some(both.ld);
-                Record::Exit(both.exit)
-            })
-        }
         kind::EXIT => read(bytes, hdr.kind).map(Record::Exit),
         other => Err(DecodeError::UnknownKind(other)),
     }?;
-    Ok(Decoded { held_ld, record })
+    Ok(Decoded {
+        held_ld: None,
+        record,
+    })
 }
 
 /// The `ExecRecord` of an attempt as the kernel sent it: its argv split into slots.

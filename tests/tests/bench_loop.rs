@@ -105,3 +105,39 @@ fn the_tracers_cpu_is_its_process_clock_over_the_loop() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A child that spins until it has used 2 ms of CPU, then exits 0.
+const SPIN_2MS: &str = r#"
+#include <time.h>
+int main(void)
+{
+	struct timespec ts;
+	do
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	while (ts.tv_sec == 0 && ts.tv_nsec < 2000000);
+	return 0;
+}
+"#;
+
+#[test]
+fn the_loops_cpu_time_is_its_own_and_its_childrens() {
+    let (dir, bin) = spawn_loop();
+    std::fs::write(dir.join("spin.c"), SPIN_2MS).unwrap();
+    gcc(&dir, &["-O2", "-o", "spin", "spin.c"]);
+    let out = Command::new(&bin)
+        .args(["20", dir.join("spin").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8(out.stdout).unwrap();
+    let cpu = field(&line, "cpu_us_per_iter=").unwrap();
+    let own = field(&line, "loop_cpu_us_per_iter=").unwrap();
+    let children = field(&line, "children_cpu_us_per_iter=").unwrap();
+    // The parts make the whole (each printed to 0.001 us).
+    assert!((own + children - cpu).abs() < 0.005, "{line}");
+    // Each child used at least its 2 ms of spinning (getrusage truncates to a microsecond),
+    // and the loop itself only forks and waits.
+    assert!(children >= 1990.0, "children: {line}");
+    assert!(own < children / 4.0, "the loop's own: {line}");
+    let _ = std::fs::remove_dir_all(dir);
+}

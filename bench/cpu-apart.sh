@@ -11,13 +11,16 @@
 # time").
 # Usage (root): [ROUNDS=40] [FORKPROF=path] [B_ENV="VAR=VALUE ..."] [B_FORKPROF=path]
 #   bench/cpu-apart.sh [ITERATIONS]
-# B_ENV and B_FORKPROF make row B another build or another switch: for example
-# B_ENV=FORKPROF_TEST_PROC_SLOTS=64 (warm process slots) with the default build.
+# B_ENV and B_FORKPROF make row B another switch or another build: for example
+# B_ENV=FORKPROF_TEST_PROC_SLOTS=64 (warm process slots), or B_FORKPROF=OLD/forkprof (an
+# older build, with its real programs: B_ENV is then empty unless given). Each result line
+# is printed as it comes (row|before|after), then the summary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 fp_b=${B_FORKPROF:-$fp}
-b_env=${B_ENV-FORKPROF_BENCH_EMPTY=1}
+if [ -n "${B_FORKPROF:-}" ]; then b_env=${B_ENV-}; else b_env=${B_ENV-FORKPROF_BENCH_EMPTY=1}; fi
+label_b="$b_env${B_FORKPROF:+ $B_FORKPROF}"
 iterations=${1:-2000}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -27,23 +30,30 @@ gcc -O2 -o "$work/true_dyn" "$root/bench/true_dyn.c"
 # calls to every exec (BENCHMARKS.md, "What it measures").
 clean=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
 loop=("$work/spawn_loop" "$iterations" "$work/true_dyn")
-measure() { # ROW: the loop's result line
-  case $1 in
-    bare) "${clean[@]}" "${loop[@]}" ;;
-    a) "${clean[@]}" "$fp" run --json --report "$work/a.json" -- "${loop[@]}" 2>/dev/null ;;
-    # shellcheck disable=SC2086
-    b) "${clean[@]}" $b_env "$fp_b" run --json --report "$work/b.json" -- "${loop[@]}" \
-      2>/dev/null ;;
-  esac | grep -m1 '^spawn_loop:' || { echo "cpu-apart: $1 measured nothing" >&2; exit 1; }
+measure() { # ROW: the loop's result line; its stderr (forkprof's too) in $work/ROW.err
+  local out
+  if ! out=$(
+    case $1 in
+      bare) "${clean[@]}" "${loop[@]}" ;;
+      a) "${clean[@]}" "$fp" run --json --report "$work/a.json" -- "${loop[@]}" ;;
+      # shellcheck disable=SC2086
+      b) "${clean[@]}" $b_env "$fp_b" run --json --report "$work/b.json" -- "${loop[@]}" ;;
+    esac 2> "$work/$1.err"
+  ); then
+    echo "cpu-apart: row $1 exited with an error:" >&2
+    cat "$work/$1.err" >&2
+    exit 1
+  fi
+  grep -m1 '^spawn_loop:' <<< "$out" || { echo "cpu-apart: row $1 printed no result" >&2; exit 1; }
 }
 for round in $(seq "${ROUNDS:-40}"); do
   for row in a b control; do
     before=$(measure bare)
     if [ "$row" = control ]; then after=$(measure bare); else after=$(measure "$row"); fi
-    echo "$row|$before|$after" >> "$work/results"
+    echo "$row|$before|$after" | tee -a "$work/results"
   done
 done
-python3 - "$work/results" "$iterations" "$b_env ${B_FORKPROF:-}" <<'PY'
+python3 - "$work/results" "$iterations" "$label_b" <<'PY'
 import collections, math, statistics, sys
 keys = [("us_per_iter", "wall"), ("loop_cpu_us_per_iter", "loop's own CPU"),
         ("children_cpu_us_per_iter", "children's CPU"), ("cpu_us_per_iter", "CPU in all")]
@@ -66,7 +76,7 @@ print(f"{sys.argv[2]} iterations per run, {len(diffs['a'])} rounds; the bare loo
                                for i, (_, name) in enumerate(keys)))
 print("us per iteration above the bare run just before it: median over the rounds (90% CI)")
 print(f"{'row':<40}" + "".join(f"{name:>26}" for _, name in keys))
-label_b = sys.argv[3].strip() or "B"
+label_b = sys.argv[3].strip() or "forkprof run again"
 rows = [("bare again (A/A)", diffs["control"]), ("forkprof run (A)", diffs["a"]),
         (f"B: {label_b}", diffs["b"]),
         ("A less B, round by round", [[x - y for x, y in zip(a, b)]

@@ -17,10 +17,11 @@
  * includes the eBPF programs that ran in those tasks, and moves less than wall time when
  * the host's speed drifts. L and K are its two parts: the loop process's own (its forks and
  * waits) and its children's (each child's exec, start-up and exit). Each part is exact; its
- * split into user and system time is not, and is not printed: the kernel splits a task's
- * time by the timer ticks that land in each, and counts a child that got none, as most of
- * these do, all as user time (docs/kernel-findings.md). Exits 1 (with a message on stderr)
- * if any iteration fails.
+ * split into user and system time is not, and is not printed: with tick-based accounting
+ * (CONFIG_TICK_CPU_ACCOUNTING, as on the kernels measured) the kernel splits a task's time
+ * by the timer ticks that land in each, and counts a child that got none, as most of these
+ * do, all as user time (docs/kernel-findings.md). Exits 1 (with a message on stderr) if any
+ * iteration fails.
  *
  * With SPAWN_LOOP_TRACER set, the line ends with tracer_cpu_us_per_iter=A: the CPU time of
  * the tracing process (all its threads, those that ended too) over the same span, which C
@@ -172,14 +173,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	double per_iter = 1000.0 * (double)n;
+	/* Nanoseconds over the loop, divided by this, are microseconds per iteration. */
+	double ns_to_us_per_iter = 1000.0 * (double)n;
 	printf("spawn_loop: iterations=%ld total_ns=%lld us_per_iter=%.3f cpu_us_per_iter=%.3f "
 	       "loop_cpu_us_per_iter=%.3f children_cpu_us_per_iter=%.3f",
-	       n, total, (double)total / per_iter, (double)(self + children) / per_iter,
-	       (double)self / per_iter, (double)children / per_iter);
+	       n, total, (double)total / ns_to_us_per_iter,
+	       (double)(self + children) / ns_to_us_per_iter, (double)self / ns_to_us_per_iter,
+	       (double)children / ns_to_us_per_iter);
 	if (tracer > 0)
 		printf(" tracer_cpu_us_per_iter=%.3f",
-		       (double)(tracer_end - tracer_start) / 1000.0 / (double)n);
+		       (double)(tracer_end - tracer_start) / ns_to_us_per_iter);
 	printf("\n");
 	return 0;
 }

@@ -1,5 +1,6 @@
 //! The bench's workload, `bench/spawn_loop.c`: what it reports about the tracer's own CPU
-//! (SPAWN_LOOP_TRACER), checked against a process whose CPU use is known. No root needed.
+//! (SPAWN_LOOP_TRACER) and about its own CPU and its children's, each checked against a
+//! process whose CPU use is known. No root needed.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -130,6 +131,7 @@ fn the_loops_cpu_time_is_its_own_and_its_childrens() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let line = String::from_utf8(out.stdout).unwrap();
+    let wall = field(&line, "us_per_iter=").unwrap();
     let cpu = field(&line, "cpu_us_per_iter=").unwrap();
     let own = field(&line, "loop_cpu_us_per_iter=").unwrap();
     let children = field(&line, "children_cpu_us_per_iter=").unwrap();
@@ -139,5 +141,8 @@ fn the_loops_cpu_time_is_its_own_and_its_childrens() {
     // and the loop itself only forks and waits.
     assert!(children >= 1990.0, "children: {line}");
     assert!(own < children / 4.0, "the loop's own: {line}");
+    // The loop waits for each child, so the two seldom run at once: the CPU time is at most
+    // about the wall time (a parent's return from fork may overlap its child's start).
+    assert!(cpu <= wall * 1.05, "more CPU than wall time: {line}");
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -66,11 +66,18 @@ for line in open(sys.argv[1]):
     b, a = fields(before), fields(after)
     bare.append(b)
     diffs[row].append([x - y for x, y in zip(a, b)])
+def ci90(v):
+    # The bench's interval (xtask/src/bench/stats.rs, median_ci90): the order statistics
+    # x(k) and x(n+1-k) with the largest k whose coverage, 1 - 2 P(Binomial(n, 1/2) < k),
+    # is still 90% or more; none under 5 values.
+    n, below, k = len(v), 0.0, 0
+    while k < n // 2 and 1 - 2 * (below + math.comb(n, k) / 2**n) >= 0.90:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    return f"{v[k - 1]:+.1f} .. {v[n - k]:+.1f}" if k else "-"
 def summary(values):
     v = sorted(values)
-    n = len(v)
-    k = max(0, int(n / 2 - 1.645 * math.sqrt(n) / 2))
-    return f"{statistics.median(v):+7.1f} ({v[k]:+.1f} .. {v[n - 1 - k]:+.1f})"
+    return f"{statistics.median(v):+7.1f} ({ci90(v)})"
 print(f"{sys.argv[2]} iterations per run, {len(diffs['a'])} rounds; the bare loop, medians in us per "
       "iteration: " + ", ".join(f"{name} {statistics.median(b[i] for b in bare):.1f}"
                                for i, (_, name) in enumerate(keys)))

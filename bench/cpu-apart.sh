@@ -7,19 +7,25 @@
 # (the A/A control). For each row, the median over the rounds of its difference from the
 # bare run before it, in us per iteration, with a 90% interval (order statistics); then A
 # less B, round by round. The parts are exact; their split into user and system time is
-# not, and is not used (docs/kernel-findings.md, "Wall time sees more than the programs'
-# time").
-# Usage (root): [ROUNDS=40] [FORKPROF=path] [B_ENV="VAR=VALUE ..."] [B_FORKPROF=path]
-#   bench/cpu-apart.sh [ITERATIONS]
+# not, and is not used (docs/kernel-findings.md, "Wall time and the programs' time").
+# Differences between runs of a few us per iteration are within what its A/A control moves
+# by; bench/spawn-pairs.sh measures them inside one run.
+# Usage (root): [ROUNDS=40] [FORKPROF=path] [A_ENV="VAR=VALUE ..."] [B_ENV="VAR=VALUE ..."]
+#   [B_FORKPROF=path] bench/cpu-apart.sh [ITERATIONS]
 # B_ENV and B_FORKPROF make row B another switch or another build: for example
 # B_ENV=FORKPROF_TEST_PROC_SLOTS=64 (warm process slots), or B_FORKPROF=OLD/forkprof (an
-# older build, with its real programs: B_ENV is then empty unless given). Each result line
+# older build, with its real programs: B_ENV is then empty unless given). A_ENV gives row A
+# a switch too: A_ENV="FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_BURN=3300" with the default
+# row B sets a loop of 3,300 register-only steps at each exec against the bare floor (the
+# burn control, BENCHMARKS.md). Each result line
 # is printed as it comes (row|before|after), then the summary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 fp_b=${B_FORKPROF:-$fp}
 if [ -n "${B_FORKPROF:-}" ]; then b_env=${B_ENV-}; else b_env=${B_ENV-FORKPROF_BENCH_EMPTY=1}; fi
+a_env=${A_ENV-}
+label_a=${a_env:-forkprof run}
 label_b="$b_env${B_FORKPROF:+ $B_FORKPROF}"
 iterations=${1:-2000}
 work=$(mktemp -d)
@@ -35,7 +41,8 @@ measure() { # ROW: the loop's result line; its stderr (forkprof's too) in $work/
   if ! out=$(
     case $1 in
       bare) "${clean[@]}" "${loop[@]}" ;;
-      a) "${clean[@]}" "$fp" run --json --report "$work/a.json" -- "${loop[@]}" ;;
+      # shellcheck disable=SC2086
+      a) "${clean[@]}" $a_env "$fp" run --json --report "$work/a.json" -- "${loop[@]}" ;;
       # shellcheck disable=SC2086
       b) "${clean[@]}" $b_env "$fp_b" run --json --report "$work/b.json" -- "${loop[@]}" ;;
     esac 2> "$work/$1.err"
@@ -53,7 +60,7 @@ for round in $(seq "${ROUNDS:-40}"); do
     echo "$row|$before|$after" | tee -a "$work/results"
   done
 done
-python3 - "$work/results" "$iterations" "$label_b" <<'PY'
+python3 - "$work/results" "$iterations" "$label_b" "$label_a" <<'PY'
 import collections, math, statistics, sys
 keys = [("us_per_iter", "wall"), ("loop_cpu_us_per_iter", "loop's own CPU"),
         ("children_cpu_us_per_iter", "children's CPU"), ("cpu_us_per_iter", "CPU in all")]
@@ -84,7 +91,7 @@ print(f"{sys.argv[2]} iterations per run, {len(diffs['a'])} rounds; the bare loo
 print("us per iteration above the bare run just before it: median over the rounds (90% CI)")
 print(f"{'row':<40}" + "".join(f"{name:>26}" for _, name in keys))
 label_b = sys.argv[3].strip() or "forkprof run again"
-rows = [("bare again (A/A)", diffs["control"]), ("forkprof run (A)", diffs["a"]),
+rows = [("bare again (A/A)", diffs["control"]), (f"A: {sys.argv[4]}", diffs["a"]),
         (f"B: {label_b}", diffs["b"]),
         ("A less B, round by round", [[x - y for x, y in zip(a, b)]
                                       for a, b in zip(diffs["a"], diffs["b"])])]

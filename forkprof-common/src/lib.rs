@@ -186,6 +186,10 @@ pub const ARG_SLOTS: usize = 8;
 pub const ARG_LEN: usize = 64;
 /// Bytes of argv an exec attempt's record carries: its strings, each with its NUL, in order.
 pub const ARGV_LEN: usize = 1024;
+
+/// The most steps of the `FORKPROF_BENCH_BURN` loop (benchmarks only): the verifier follows
+/// each step, and a million instructions is its limit.
+pub const BENCH_BURN_MAX: u32 = 100_000;
 /// Watched syscalls (access, openat, arch_prctl, munmap) after exec that may pass before
 /// ld.so's `access` before the window is given up.
 pub const LD_START_MAX_SYSCALLS: u32 = 16;

@@ -123,6 +123,16 @@ pub fn bench_empty() -> bool {
     unsafe { core::ptr::read_volatile(&BENCH_EMPTY) != 0 }
 }
 
+/// Steps of a loop that touches only registers, run by the empty program at each exec that
+/// passes no arguments (`FORKPROF_BENCH_BURN`, benchmarks only): program time with almost
+/// no footprint. A read-only global, so the verifier knows the bound (0 leaves the loop out).
+#[unsafe(no_mangle)]
+static BENCH_BURN: u32 = 0;
+
+/// Where the burn loop leaves its result, so that the compiler keeps the loop.
+#[unsafe(no_mangle)]
+static mut BENCH_BURN_SINK: u64 = 0;
+
 /// Field offsets and hook choices for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
 pub(crate) static KERNEL_LAYOUT: KernelLayout = KernelLayout {
@@ -351,6 +361,29 @@ macro_rules! kernel_layout {
     };
 }
 pub(crate) use kernel_layout;
+
+/// sched_process_exec(task, old_pid, bprm) with `FORKPROF_BENCH_BURN`: an exec with no
+/// arguments (argc 1, as the bench loop's) runs the loop, a chain of multiplications each
+/// waiting on the last; an exec with arguments runs none, so that one run can alternate the
+/// two (bench/exec-burn.c).
+#[inline(always)]
+pub fn bench_burn(bprm: BtfPtr) {
+    // SAFETY: as in `trace_all`.
+    let steps = unsafe { core::ptr::read_volatile(&BENCH_BURN) };
+    if steps == 0 || bprm.u32_at(kernel_layout!(bprm_argc)) != 1 {
+        return;
+    }
+    let mut x = u64::from(steps);
+    let mut i = 0;
+    while i < steps && i < forkprof_common::BENCH_BURN_MAX {
+        x = x
+            .wrapping_mul(0x5851_f42d_4c95_7f2d)
+            .wrapping_add(u64::from(i));
+        i += 1;
+    }
+    // SAFETY: a global of this object; a racy store of a value nobody reads is harmless.
+    unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(BENCH_BURN_SINK), x) };
+}
 
 #[inline(always)]
 pub fn now() -> u64 {

@@ -879,10 +879,19 @@ pub struct BenchSwitches {
     pub empty: bool,
     /// `FORKPROF_BENCH_ONLY=FAMILY,...`: attach only the jobs of these families.
     pub only: Option<Vec<String>>,
+    /// `FORKPROF_BENCH_BURN=STEPS` (with `FORKPROF_BENCH_EMPTY=1`): the empty program at
+    /// each exec that passes no arguments (sched_process_exec, argc 1, as the bench loop's)
+    /// runs a loop of this many steps that touches only registers. A control: program time
+    /// with almost no cache or memory footprint, to set beside the real programs', or
+    /// beside execs with an argument in the same run (bench/exec-burn.c; BENCHMARKS.md).
+    pub burn: u32,
 }
 
+/// The most steps `FORKPROF_BENCH_BURN` takes (the verifier follows each one).
+pub const BENCH_BURN_MAX: u32 = forkprof_common::BENCH_BURN_MAX;
+
 impl BenchSwitches {
-    pub fn parse(empty: Option<&str>, only: Option<&str>) -> Result<Self> {
+    pub fn parse(empty: Option<&str>, only: Option<&str>, burn: Option<&str>) -> Result<Self> {
         let empty = match empty {
             None | Some("" | "0") => false,
             Some("1") => true,
@@ -906,7 +915,20 @@ impl BenchSwitches {
                 Some(names)
             }
         };
-        Ok(Self { empty, only })
+        let burn = match burn {
+            None | Some("" | "0") => 0,
+            Some(v) => match v.parse::<u32>() {
+                Ok(n) if n <= BENCH_BURN_MAX && empty => n,
+                Ok(n) if n <= BENCH_BURN_MAX => {
+                    bail!("FORKPROF_BENCH_BURN needs FORKPROF_BENCH_EMPTY=1")
+                }
+                _ => bail!(
+                    "FORKPROF_BENCH_BURN must be a number of steps from 0 to {BENCH_BURN_MAX}, \
+                     not {v:?}"
+                ),
+            },
+        };
+        Ok(Self { empty, only, burn })
     }
 
     pub fn from_env() -> Result<Self> {
@@ -914,6 +936,7 @@ impl BenchSwitches {
         Self::parse(
             var("FORKPROF_BENCH_EMPTY").as_deref(),
             var("FORKPROF_BENCH_ONLY").as_deref(),
+            var("FORKPROF_BENCH_BURN").as_deref(),
         )
     }
 
@@ -928,6 +951,12 @@ impl BenchSwitches {
         let mut on = Vec::new();
         if self.empty {
             on.push("FORKPROF_BENCH_EMPTY=1 (every program returns at entry)".to_string());
+        }
+        if self.burn != 0 {
+            on.push(format!(
+                "FORKPROF_BENCH_BURN={} (a loop of that many steps at each exec without arguments)",
+                self.burn
+            ));
         }
         if let Some(only) = &self.only {
             on.push(format!("FORKPROF_BENCH_ONLY={}", only.join(",")));
@@ -1058,6 +1087,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         .override_global("PRECISE_LD", &precise_ld, true)
         .override_global("CAPTURE_ARGV", &capture_argv, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
+        .override_global("BENCH_BURN", &bench.burn, true)
         .override_global("WAKEUP_BYTES", &opts.pace.wakeup_bytes, true)
         .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
         .override_global("PROC_SLOT_MASK", &proc_slot_mask, true)
@@ -1833,30 +1863,37 @@ mod tests {
     #[test]
     fn bench_switches_parse_and_every_job_has_a_family() {
         assert_eq!(
-            BenchSwitches::parse(None, None).unwrap(),
+            BenchSwitches::parse(None, None, None).unwrap(),
             BenchSwitches::default()
         );
         assert!(
-            BenchSwitches::parse(None, None)
+            BenchSwitches::parse(None, None, None)
                 .unwrap()
                 .warning()
                 .is_none()
         );
-        let s = BenchSwitches::parse(Some("1"), Some("mmap, faults")).unwrap();
+        let s = BenchSwitches::parse(Some("1"), Some("mmap, faults"), Some("500")).unwrap();
         assert!(s.empty);
+        assert_eq!(s.burn, 500);
+        assert!(s.warning().unwrap().contains("FORKPROF_BENCH_BURN=500"));
+        // A burn needs the empty programs, and a bound the verifier can follow.
+        assert!(BenchSwitches::parse(None, None, Some("500")).is_err());
+        assert!(BenchSwitches::parse(Some("1"), None, Some("100001")).is_err());
+        assert!(BenchSwitches::parse(Some("1"), None, Some("-1")).is_err());
+        assert_eq!(BenchSwitches::parse(None, None, Some("0")).unwrap().burn, 0);
         assert_eq!(
             s.only.as_deref(),
             Some(&["mmap".to_string(), "faults".into()][..])
         );
         assert!(s.warning().unwrap().contains("not measurements"));
-        assert!(BenchSwitches::parse(Some("yes"), None).is_err());
+        assert!(BenchSwitches::parse(Some("yes"), None, None).is_err());
         assert_eq!(proc_slot_mask(None).unwrap(), 32767);
         assert_eq!(proc_slot_mask(Some("1")).unwrap(), 0);
         assert_eq!(proc_slot_mask(Some("4")).unwrap(), 3);
         for bad in ["0", "3", "65536", "x"] {
             assert!(proc_slot_mask(Some(bad)).is_err(), "{bad}");
         }
-        let e = BenchSwitches::parse(None, Some("syscalls,nosuch")).unwrap_err();
+        let e = BenchSwitches::parse(None, Some("syscalls,nosuch"), None).unwrap_err();
         assert!(e.to_string().contains("\"nosuch\""), "{e}");
         for job in JOBS {
             assert!(FAMILIES.contains(&job.family), "{}", job.name);

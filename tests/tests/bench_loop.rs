@@ -1,6 +1,8 @@
 //! The bench's workload, `bench/spawn_loop.c`: what it reports about the tracer's own CPU
 //! (SPAWN_LOOP_TRACER) and about its own CPU and its children's, each checked against a
-//! process whose CPU use is known. No root needed.
+//! process whose CPU use is known; and `bench/spawn_pairs.c`, which times two kinds of spawn
+//! against each other in one run. No root needed, but for the test of the burn switch it
+//! serves.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -144,5 +146,170 @@ fn the_loops_cpu_time_is_its_own_and_its_childrens() {
     // The loop waits for each child, so the two seldom run at once: the CPU time is at most
     // about the wall time (a parent's return from fork may overlap its child's start).
     assert!(cpu <= wall * 1.05, "more CPU than wall time: {line}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A program that spins 2 ms of CPU from the start of main when it is given no arguments,
+/// and returns at once when it is given any, or when it is built with NOSPIN defined.
+const SPIN_WITHOUT_ARGS: &str = r#"
+#include <time.h>
+static long long cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+int main(int argc, char **argv)
+{
+	(void)argv;
+#ifdef NOSPIN
+	argc = 2;
+#endif
+	if (argc > 1)
+		return 0;
+	long long start = cpu_ns();
+	while (cpu_ns() - start < 2000000)
+		;
+	return 0;
+}
+"#;
+
+/// bench/spawn_pairs.c and the spinner above (also built with NOSPIN, as `nospin`), built
+/// into a fresh directory.
+fn spawn_pairs() -> (PathBuf, PathBuf, PathBuf) {
+    let dir = tempdir();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/spawn_pairs.c");
+    gcc(
+        &dir,
+        &[
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
+            "spawn_pairs",
+            src.to_str().unwrap(),
+            "-lm",
+        ],
+    );
+    std::fs::write(dir.join("spin.c"), SPIN_WITHOUT_ARGS).unwrap();
+    gcc(&dir, &["-O2", "-o", "spin", "spin.c"]);
+    gcc(&dir, &["-O2", "-DNOSPIN", "-o", "nospin", "spin.c"]);
+    let (bin, spin) = (dir.join("spawn_pairs"), dir.join("spin"));
+    (dir, bin, spin)
+}
+
+/// The pairs' differences, A less B: the medians of wall and CPU time, in microseconds.
+fn pair_medians(out: &std::process::Output) -> (f64, f64) {
+    assert!(out.status.success(), "{out:?}");
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    (
+        field(&line, "wall_us=").expect(&line),
+        field(&line, "cpu_us=").expect(&line),
+    )
+}
+
+#[test]
+fn spawn_pairs_args_times_a_spawn_without_arguments_less_one_with() {
+    let (dir, bin, spin) = spawn_pairs();
+    let out = Command::new(&bin)
+        .args(["args", "20", spin.to_str().unwrap()])
+        .output()
+        .unwrap();
+    // A (no arguments) spins 2 ms more than B, whose exec and start-up cost the same but for
+    // noise (a few microseconds at the median); rusage truncates to a microsecond.
+    let (wall, cpu) = pair_medians(&out);
+    assert!(
+        (1900.0..2500.0).contains(&cpu) && wall >= cpu - 1.0,
+        "{out:?}"
+    );
+    // Bad usage is exit status 2, with the usage on stderr.
+    let bad = Command::new(&bin)
+        .args(["args", "5", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
+    let (dir, bin, spin) = spawn_pairs();
+    let fifo = |name: &str| {
+        let p = dir.join(name);
+        let ok = Command::new("mkfifo").arg(&p).status().unwrap().success();
+        assert!(ok, "mkfifo {}", p.display());
+        p.to_str().unwrap().to_string()
+    };
+    let (req_a, rep_a, req_b, rep_b) = (fifo("reqa"), fifo("repa"), fifo("reqb"), fifo("repb"));
+    // Server A spawns the spinner, which spins 2 ms; B the build that does not.
+    let spin_b = dir.join("nospin");
+    let spin_b = spin_b.to_str().unwrap();
+    let serve = |program: &str, req: &str, rep: &str| {
+        Spinner(
+            Command::new(&bin)
+                .args(["serve", program, req, rep])
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut a = serve(spin.to_str().unwrap(), &req_a, &rep_a);
+    let mut b = serve(spin_b, &req_b, &rep_b);
+    let out = Command::new(&bin)
+        .args(["servers", "20", &req_a, &rep_a, &req_b, &rep_b])
+        .output()
+        .unwrap();
+    // The two builds' start-up costs the same but for noise.
+    let (wall, cpu) = pair_medians(&out);
+    assert!(
+        (1900.0..2500.0).contains(&cpu) && wall >= cpu - 1.0,
+        "{out:?}"
+    );
+    // Each server returns once the client has closed its FIFO.
+    for s in [&mut a, &mut b] {
+        assert!(s.0.wait().unwrap().success());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `FORKPROF_BENCH_BURN`: the empty exec program spins at each exec without arguments, and
+/// only there. 20,000 steps of a chain of 64-bit multiplications (each waits on the last,
+/// 3 cycles or more on any x86-64) take 10 us or more at 6 GHz; a spawn with an argument
+/// costs a microsecond or two more than one without, so 6 us is a bound that holds either
+/// way, and that a burn at every exec, or at none, fails.
+#[test]
+fn a_bench_burn_spins_only_in_execs_without_arguments() {
+    forkprof_tests::needs_root!();
+    let (dir, bin, _) = spawn_pairs();
+    // A program that returns at once, with or without arguments (GNU true does not: given
+    // one, it sets up its locale to look for --help).
+    let out = Command::new(forkprof_tests::forkprof())
+        .args(["run", "--report"])
+        .arg(dir.join("report.txt"))
+        .arg("--")
+        .arg(&bin)
+        .arg("args")
+        .arg("300")
+        .arg(dir.join("nospin"))
+        .env("FORKPROF_BENCH_EMPTY", "1")
+        .env("FORKPROF_BENCH_BURN", "20000")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("FORKPROF_BENCH_BURN=20000"), "{stderr}");
+    let (wall, cpu) = pair_medians(&out);
+    assert!(wall >= 6.0 && cpu >= 6.0, "{out:?}");
+    // Without the empty programs the switch is refused.
+    let refused = Command::new(forkprof_tests::forkprof())
+        .args(["run", "--", "/bin/true"])
+        .env("FORKPROF_BENCH_BURN", "20000")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs FORKPROF_BENCH_EMPTY=1"),
+        "{refused:?}"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

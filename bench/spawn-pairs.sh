@@ -1,0 +1,77 @@
+#!/bin/bash
+# What forkprof costs a spawn, against another spawn in the same run (bench/spawn_pairs.c):
+# the host's drift, which moves whole runs of the bench loop apart by 5-10%, cancels pair
+# by pair. Each row is one run of PAIRS pairs of spawns of a dynamically linked no-op, A
+# less B:
+#   bare    two servers, neither traced (the A/A check of the two servers)
+#   empty   server A inside `forkprof run` with FORKPROF_BENCH_EMPTY=1, B outside: the same
+#           hooks fire for both, every program returning at entry (the A/A check under
+#           forkprof)
+#   traced  server A inside `forkprof run`, B outside: forkprof's work for a followed spawn,
+#           above what its programs spend to leave an unfollowed one at their first checks
+#   args    FORKPROF_BENCH_EMPTY=1: a spawn with no arguments against one with one
+#           (`spawn_pairs args`), the A/A check of the burn row
+#   burn    FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_BURN=$BURN: the same, but the spawn with no
+#           arguments runs a register-only loop of that many steps in its exec: what program
+#           time costs a spawn (less the args row)
+# The two servers' own difference moves from run to run by a few microseconds (where each
+# one sleeps and runs), so take the rows over several runs (REPEAT).
+# Usage (root): [FORKPROF=path] [BURN=3300] [REPEAT=3] [ROWS="bare empty traced args burn"]
+#   bench/spawn-pairs.sh [PAIRS]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+fp=${FORKPROF:-$root/target/release/forkprof}
+pairs=${1:-3000}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+gcc -O2 -o "$work/spawn_pairs" "$root/bench/spawn_pairs.c" -lm
+gcc -O2 -o "$work/true_dyn" "$root/bench/true_dyn.c"
+clean=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
+sp=$work/spawn_pairs
+fail() {
+  echo "spawn-pairs: row $1 failed:" >&2
+  cat "$work"/*.err >&2
+  exit 1
+}
+# Server A (under forkprof run with the environment given, if any) and server B, on FIFOs,
+# then the pairs; each server exits when the client closes its FIFO.
+servers() { # NAME [forkprof|plain] [ENV...]
+  local name=$1 how=$2
+  shift 2
+  rm -f "$work"/req? "$work"/rep? "$work"/*.err
+  mkfifo "$work/reqa" "$work/repa" "$work/reqb" "$work/repb"
+  local serve_a=("$sp" serve "$work/true_dyn" "$work/reqa" "$work/repa")
+  if [ "$how" = forkprof ]; then
+    "${clean[@]}" "$@" "$fp" run --report "$work/report.txt" -- "${serve_a[@]}" 2> "$work/a.err" &
+  else
+    "${clean[@]}" "${serve_a[@]}" 2> "$work/a.err" &
+  fi
+  local a=$!
+  "${clean[@]}" "$sp" serve "$work/true_dyn" "$work/reqb" "$work/repb" 2> "$work/b.err" &
+  local b=$!
+  local out
+  out=$("${clean[@]}" "$sp" servers "$pairs" "$work/reqa" "$work/repa" "$work/reqb" \
+    "$work/repb" 2> "$work/client.err") || fail "$name"
+  wait "$a" || fail "$name"
+  wait "$b" || fail "$name"
+  printf '%-7s %s\n' "$name" "$out"
+}
+args() { # NAME [ENV...]
+  local name=$1 out
+  shift
+  out=$("${clean[@]}" FORKPROF_BENCH_EMPTY=1 "$@" "$fp" run --report "$work/report.txt" -- \
+    "$sp" args "$pairs" "$work/true_dyn" 2> "$work/args.err") || fail "$name"
+  printf '%-7s %s\n' "$name" "$(grep -m1 '^spawn_pairs:' <<< "$out")"
+}
+for _ in $(seq "${REPEAT:-3}"); do
+for r in ${ROWS:-bare empty traced args burn}; do
+  case $r in
+    bare) servers bare plain ;;
+    empty) servers empty forkprof FORKPROF_BENCH_EMPTY=1 ;;
+    traced) servers traced forkprof ;;
+    args) args args ;;
+    burn) args burn FORKPROF_BENCH_BURN="${BURN:-3300}" ;;
+    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn)" >&2; exit 2 ;;
+  esac
+done
+done

@@ -365,7 +365,7 @@ pub(crate) use kernel_layout;
 /// sched_process_exec(task, old_pid, bprm) with `FORKPROF_BENCH_BURN`: an exec with no
 /// arguments (argc 1, as the bench loop's) runs the loop, a chain of multiplications each
 /// waiting on the last; an exec with arguments runs none, so that one run can alternate the
-/// two (bench/exec-burn.c).
+/// two (`spawn_pairs args`, bench/spawn_pairs.c).
 #[inline(always)]
 pub fn bench_burn(bprm: BtfPtr) {
     // SAFETY: as in `trace_all`.

@@ -883,7 +883,8 @@ pub struct BenchSwitches {
     /// each exec that passes no arguments (sched_process_exec, argc 1, as the bench loop's)
     /// runs a loop of this many steps that touches only registers. A control: program time
     /// with almost no cache or memory footprint, to set beside the real programs', or
-    /// beside execs with an argument in the same run (bench/exec-burn.c; BENCHMARKS.md).
+    /// beside execs with an argument in the same run (`spawn_pairs args`,
+    /// bench/spawn_pairs.c; BENCHMARKS.md).
     pub burn: u32,
 }
 

@@ -134,12 +134,18 @@ static int cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* Sorts `v` and returns its median, in microseconds. */
+static double median_us(double *v, long n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp);
+	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) / 1e3;
+}
+
 /* Sorts `v`, then prints its median (in microseconds), the median's 90% interval, and
  * the mean of `v` with the 1% of each tail left out. */
 static void summary(const char *name, double *v, long n)
 {
-	qsort(v, (size_t)n, sizeof(*v), cmp);
-	double m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	double m = median_us(v, n);
 	long k = (long)floor((double)n / 2 - 1.645 * sqrt((double)n) / 2); /* 1-based rank */
 	if (k < 1)
 		k = 1;
@@ -147,14 +153,8 @@ static void summary(const char *name, double *v, long n)
 	double sum = 0;
 	for (long i = trim; i < n - trim; i++)
 		sum += v[i];
-	printf(" %s_us=%.2f (%.2f .. %.2f) %s_mean_us=%.2f", name, m / 1e3, v[k - 1] / 1e3,
+	printf(" %s_us=%.2f (%.2f .. %.2f) %s_mean_us=%.2f", name, m, v[k - 1] / 1e3,
 	       v[n - k] / 1e3, name, sum / (double)(n - 2 * trim) / 1e3);
-}
-
-static double median_us(double *v, long n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp);
-	return (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) / 1e3;
 }
 
 static int usage(void)

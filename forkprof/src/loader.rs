@@ -888,9 +888,6 @@ pub struct BenchSwitches {
     pub burn: u32,
 }
 
-/// The most steps `FORKPROF_BENCH_BURN` takes (the verifier follows each one).
-pub const BENCH_BURN_MAX: u32 = forkprof_common::BENCH_BURN_MAX;
-
 impl BenchSwitches {
     pub fn parse(empty: Option<&str>, only: Option<&str>, burn: Option<&str>) -> Result<Self> {
         let empty = match empty {
@@ -916,6 +913,7 @@ impl BenchSwitches {
                 Some(names)
             }
         };
+        use forkprof_common::BENCH_BURN_MAX;
         let burn = match burn {
             None | Some("" | "0") => 0,
             Some(v) => match v.parse::<u32>() {

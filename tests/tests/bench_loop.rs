@@ -107,23 +107,11 @@ fn the_tracers_cpu_is_its_process_clock_over_the_loop() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A child that spins until it has used 2 ms of CPU, then exits 0.
-const SPIN_2MS: &str = r#"
-#include <time.h>
-int main(void)
-{
-	struct timespec ts;
-	do
-		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	while (ts.tv_sec == 0 && ts.tv_nsec < 2000000);
-	return 0;
-}
-"#;
-
 #[test]
 fn the_loops_cpu_time_is_its_own_and_its_childrens() {
     let (dir, bin) = spawn_loop();
-    std::fs::write(dir.join("spin.c"), SPIN_2MS).unwrap();
+    // The spinner below, which spawn_loop runs without arguments: 2 ms of CPU each.
+    std::fs::write(dir.join("spin.c"), SPIN_WITHOUT_ARGS).unwrap();
     gcc(&dir, &["-O2", "-o", "spin", "spin.c"]);
     let out = Command::new(&bin)
         .args(["20", dir.join("spin").to_str().unwrap()])

@@ -14,9 +14,12 @@
 #   burn    FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_BURN=$BURN: the same, but the spawn with no
 #           arguments runs a register-only loop of that many steps in its exec: what program
 #           time costs a spawn (less the args row)
+#   argv    FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_ARGV_READ=1: the same, but the spawn with
+#           no arguments has its argv read in its exec as the real programs read it: what
+#           that read costs a spawn (less the args row), where bpf_stats counts its time
 # The two servers' own difference moves from run to run by a few microseconds (where each
 # one sleeps and runs), so take the rows over several runs (REPEAT).
-# Usage (root): [FORKPROF=path] [BURN=3300] [REPEAT=3] [ROWS="bare empty traced args burn"]
+# Usage (root): [FORKPROF=path] [BURN=3300] [REPEAT=3] [ROWS="bare empty traced args burn argv"]
 #   bench/spawn-pairs.sh [PAIRS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,14 +67,15 @@ args() { # NAME [ENV...]
   printf '%-7s %s\n' "$name" "$(grep -m1 '^spawn_pairs:' <<< "$out")"
 }
 for _ in $(seq "${REPEAT:-3}"); do
-for r in ${ROWS:-bare empty traced args burn}; do
+for r in ${ROWS:-bare empty traced args burn argv}; do
   case $r in
     bare) servers bare plain ;;
     empty) servers empty forkprof FORKPROF_BENCH_EMPTY=1 ;;
     traced) servers traced forkprof ;;
     args) args args ;;
     burn) args burn FORKPROF_BENCH_BURN="${BURN:-3300}" ;;
-    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn)" >&2; exit 2 ;;
+    argv) args argv FORKPROF_BENCH_ARGV_READ=1 ;;
+    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn argv)" >&2; exit 2 ;;
   esac
 done
 done

@@ -452,7 +452,7 @@ pub fn forkprof_begin_new_exec_kprobe(_ctx: ProbeContext) -> u32 {
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn forkprof_sched_process_exec(ctx: BtfTracePointContext) -> i32 {
     if maps::bench_empty() {
-        maps::bench_burn(maps::BtfPtr::new(ctx.arg(2)));
+        maps::bench_at_exec(maps::BtfPtr::new(ctx.arg(0)), maps::BtfPtr::new(ctx.arg(2)));
         return 0;
     }
     probes::exec::on_process_exec(&ctx);

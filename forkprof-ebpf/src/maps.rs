@@ -7,8 +7,8 @@ use aya_ebpf::{
     maps::{Array, CgroupArray, HashMap, PerCpuArray, RingBuf},
 };
 use forkprof_common::{
-    ExecState, ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState, RecordHeader,
-    TS_COMPAT, active, ia32_syscalls, stat,
+    ARGV_LEN, ExecState, ForkState, KernelLayout, PROC_SLOT_COUNT, ProcKey, ProcState,
+    RecordHeader, TS_COMPAT, active, ia32_syscalls, stat,
 };
 
 /// Records to the agent, one per lifecycle milestone.
@@ -132,6 +132,23 @@ static BENCH_BURN: u32 = 0;
 /// Where the burn loop leaves its result, so that the compiler keeps the loop.
 #[unsafe(no_mangle)]
 static mut BENCH_BURN_SINK: u64 = 0;
+
+/// 1: the empty program at each exec that passes no arguments reads the new image's argv as
+/// the real program does, into `BENCH_ARGV` (`FORKPROF_BENCH_ARGV_READ`, benchmarks only):
+/// the real programs' user-memory read alone, to time against execs with an argument.
+#[unsafe(no_mangle)]
+static BENCH_ARGV_READ: u32 = 0;
+
+/// Where `BENCH_ARGV_READ` reads argv to: one buffer per CPU, the last read's length and
+/// bytes (the bytes after them are an earlier read's).
+#[map]
+pub static BENCH_ARGV: PerCpuArray<BenchArgv> = PerCpuArray::with_max_entries(1, 0);
+
+#[repr(C)]
+pub struct BenchArgv {
+    pub len: u64,
+    pub bytes: [u8; ARGV_LEN],
+}
 
 /// Field offsets and hook choices for the running kernel, from its BTF.
 #[unsafe(no_mangle)]
@@ -362,16 +379,29 @@ macro_rules! kernel_layout {
 }
 pub(crate) use kernel_layout;
 
-/// sched_process_exec(task, old_pid, bprm) with `FORKPROF_BENCH_BURN`: an exec with no
-/// arguments (argc 1, as the bench loop's) runs the loop, a chain of multiplications each
-/// waiting on the last; an exec with arguments runs none, so that one run can alternate the
-/// two (`spawn_pairs args`, bench/spawn_pairs.c).
+/// sched_process_exec(task, old_pid, bprm) with the empty programs: at an exec with no
+/// arguments (argc 1, as the bench loop's), `FORKPROF_BENCH_BURN`'s loop, a chain of
+/// multiplications each waiting on the last, and `FORKPROF_BENCH_ARGV_READ`'s read of argv;
+/// an exec with arguments runs neither, so that one run can alternate the two (`spawn_pairs
+/// args`, bench/spawn_pairs.c).
 #[inline(always)]
-pub fn bench_burn(bprm: BtfPtr) {
+pub fn bench_at_exec(task: BtfPtr, bprm: BtfPtr) {
     // SAFETY: as in `trace_all`.
-    let steps = unsafe { core::ptr::read_volatile(&BENCH_BURN) };
-    if steps == 0 || bprm.u32_at(kernel_layout!(bprm_argc)) != 1 {
+    let (steps, argv_read) = unsafe {
+        (
+            core::ptr::read_volatile(&BENCH_BURN),
+            core::ptr::read_volatile(&BENCH_ARGV_READ),
+        )
+    };
+    if (steps == 0 && argv_read == 0) || bprm.u32_at(kernel_layout!(bprm_argc)) != 1 {
         return;
+    }
+    if argv_read != 0
+        && let Some(buf) = BENCH_ARGV.get_ptr_mut(0)
+    {
+        // SAFETY: this CPU's buffer; nothing else runs on this CPU while a program does.
+        let buf = unsafe { &mut *buf };
+        buf.len = u64::from(read_image_argv(task, buf.bytes.as_mut_ptr()));
     }
     let mut x = u64::from(steps);
     let mut i = 0;
@@ -383,6 +413,30 @@ pub fn bench_burn(bprm: BtfPtr) {
     }
     // SAFETY: a global of this object; a racy store of a value nobody reads is harmless.
     unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(BENCH_BURN_SINK), x) };
+}
+
+/// Reads the new image's argv, its strings end to end on its stack (`mm->arg_start ..
+/// arg_end`, which the kernel has just written), into `dst`: at most `ARGV_LEN` bytes, in
+/// one user-memory read. Returns the bytes read, 0 when the read failed. `task` is
+/// sched_process_exec's, the current task, whose mm is the new image's.
+#[inline(always)]
+pub fn read_image_argv(task: BtfPtr, dst: *mut u8) -> u32 {
+    let mm = task.ptr_at(kernel_layout!(task_mm));
+    let (start, end) = (
+        mm.u64_at(kernel_layout!(mm_arg_start)),
+        mm.u64_at(kernel_layout!(mm_arg_end)),
+    );
+    let len = if end > start {
+        (end - start).min(ARGV_LEN as u64) as u32
+    } else {
+        0
+    };
+    // SAFETY: the caller's `dst` holds ARGV_LEN bytes; the helper validates the user
+    // address.
+    let read = unsafe {
+        aya_ebpf::helpers::generated::bpf_probe_read_user(dst.cast(), len, start as *const _)
+    };
+    if read == 0 { len } else { 0 }
 }
 
 #[inline(always)]

@@ -886,10 +886,30 @@ pub struct BenchSwitches {
     /// beside execs with an argument in the same run (`spawn_pairs args`,
     /// bench/spawn_pairs.c; BENCHMARKS.md).
     pub burn: u32,
+    /// `FORKPROF_BENCH_ARGV_READ=1` (with `FORKPROF_BENCH_EMPTY=1`): the empty program at
+    /// each exec that passes no arguments reads the new image's argv as the real program
+    /// does, into a buffer of its own: the real programs' user-memory read alone, to set
+    /// beside execs with an argument in the same run (`spawn_pairs args`; BENCHMARKS.md).
+    pub argv_read: bool,
+}
+
+/// The environment's values of the benchmark switches, each as it is set (None: unset).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BenchVars<'a> {
+    pub empty: Option<&'a str>,
+    pub only: Option<&'a str>,
+    pub burn: Option<&'a str>,
+    pub argv_read: Option<&'a str>,
 }
 
 impl BenchSwitches {
-    pub fn parse(empty: Option<&str>, only: Option<&str>, burn: Option<&str>) -> Result<Self> {
+    pub fn parse(vars: BenchVars) -> Result<Self> {
+        let BenchVars {
+            empty,
+            only,
+            burn,
+            argv_read,
+        } = vars;
         let empty = match empty {
             None | Some("" | "0") => false,
             Some("1") => true,
@@ -927,16 +947,34 @@ impl BenchSwitches {
                 ),
             },
         };
-        Ok(Self { empty, only, burn })
+        let argv_read = match argv_read {
+            None | Some("" | "0") => false,
+            Some("1") if empty => true,
+            Some("1") => bail!("FORKPROF_BENCH_ARGV_READ needs FORKPROF_BENCH_EMPTY=1"),
+            Some(v) => bail!("FORKPROF_BENCH_ARGV_READ must be 0 or 1, not {v:?}"),
+        };
+        Ok(Self {
+            empty,
+            only,
+            burn,
+            argv_read,
+        })
     }
 
     pub fn from_env() -> Result<Self> {
         let var = |k: &str| std::env::var(k).ok();
-        Self::parse(
-            var("FORKPROF_BENCH_EMPTY").as_deref(),
-            var("FORKPROF_BENCH_ONLY").as_deref(),
-            var("FORKPROF_BENCH_BURN").as_deref(),
-        )
+        let (empty, only, burn, argv_read) = (
+            var("FORKPROF_BENCH_EMPTY"),
+            var("FORKPROF_BENCH_ONLY"),
+            var("FORKPROF_BENCH_BURN"),
+            var("FORKPROF_BENCH_ARGV_READ"),
+        );
+        Self::parse(BenchVars {
+            empty: empty.as_deref(),
+            only: only.as_deref(),
+            burn: burn.as_deref(),
+            argv_read: argv_read.as_deref(),
+        })
     }
 
     fn wants(&self, job: &Job) -> bool {
@@ -956,6 +994,11 @@ impl BenchSwitches {
                 "FORKPROF_BENCH_BURN={} (a loop of that many steps at each exec without arguments)",
                 self.burn
             ));
+        }
+        if self.argv_read {
+            on.push(
+                "FORKPROF_BENCH_ARGV_READ=1 (argv read at each exec without arguments)".to_string(),
+            );
         }
         if let Some(only) = &self.only {
             on.push(format!("FORKPROF_BENCH_ONLY={}", only.join(",")));
@@ -1087,6 +1130,7 @@ pub fn load(opts: &LoadOptions) -> Result<Loaded> {
         .override_global("CAPTURE_ARGV", &capture_argv, true)
         .override_global("BENCH_EMPTY", &bench_empty, true)
         .override_global("BENCH_BURN", &bench.burn, true)
+        .override_global("BENCH_ARGV_READ", &u32::from(bench.argv_read), true)
         .override_global("WAKEUP_BYTES", &opts.pace.wakeup_bytes, true)
         .override_global("CGROUP_SCOPED", &cgroup_scoped, true)
         .override_global("PROC_SLOT_MASK", &proc_slot_mask, true)
@@ -1861,38 +1905,53 @@ mod tests {
 
     #[test]
     fn bench_switches_parse_and_every_job_has_a_family() {
+        let parse = |empty, only, burn, argv_read| {
+            BenchSwitches::parse(BenchVars {
+                empty,
+                only,
+                burn,
+                argv_read,
+            })
+        };
         assert_eq!(
-            BenchSwitches::parse(None, None, None).unwrap(),
+            parse(None, None, None, None).unwrap(),
             BenchSwitches::default()
         );
-        assert!(
-            BenchSwitches::parse(None, None, None)
-                .unwrap()
-                .warning()
-                .is_none()
-        );
-        let s = BenchSwitches::parse(Some("1"), Some("mmap, faults"), Some("500")).unwrap();
+        assert!(parse(None, None, None, None).unwrap().warning().is_none());
+        let s = parse(Some("1"), Some("mmap, faults"), Some("500"), None).unwrap();
         assert!(s.empty);
         assert_eq!(s.burn, 500);
+        assert!(!s.argv_read);
         assert!(s.warning().unwrap().contains("FORKPROF_BENCH_BURN=500"));
         // A burn needs the empty programs, and a bound the verifier can follow.
-        assert!(BenchSwitches::parse(None, None, Some("500")).is_err());
-        assert!(BenchSwitches::parse(Some("1"), None, Some("100001")).is_err());
-        assert!(BenchSwitches::parse(Some("1"), None, Some("-1")).is_err());
-        assert_eq!(BenchSwitches::parse(None, None, Some("0")).unwrap().burn, 0);
+        assert!(parse(None, None, Some("500"), None).is_err());
+        assert!(parse(Some("1"), None, Some("100001"), None).is_err());
+        assert!(parse(Some("1"), None, Some("-1"), None).is_err());
+        assert_eq!(parse(None, None, Some("0"), None).unwrap().burn, 0);
+        // So does the argv read, which is on or off.
+        let a = parse(Some("1"), None, None, Some("1")).unwrap();
+        assert!(a.argv_read && a.burn == 0);
+        assert!(a.warning().unwrap().contains("FORKPROF_BENCH_ARGV_READ=1"));
+        let e = parse(None, None, None, Some("1")).unwrap_err();
+        assert!(
+            e.to_string().contains("needs FORKPROF_BENCH_EMPTY=1"),
+            "{e}"
+        );
+        assert!(parse(Some("1"), None, None, Some("yes")).is_err());
+        assert!(!parse(None, None, None, Some("0")).unwrap().argv_read);
         assert_eq!(
             s.only.as_deref(),
             Some(&["mmap".to_string(), "faults".into()][..])
         );
         assert!(s.warning().unwrap().contains("not measurements"));
-        assert!(BenchSwitches::parse(Some("yes"), None, None).is_err());
+        assert!(parse(Some("yes"), None, None, None).is_err());
         assert_eq!(proc_slot_mask(None).unwrap(), 32767);
         assert_eq!(proc_slot_mask(Some("1")).unwrap(), 0);
         assert_eq!(proc_slot_mask(Some("4")).unwrap(), 3);
         for bad in ["0", "3", "65536", "x"] {
             assert!(proc_slot_mask(Some(bad)).is_err(), "{bad}");
         }
-        let e = BenchSwitches::parse(None, Some("syscalls,nosuch"), None).unwrap_err();
+        let e = parse(None, Some("syscalls,nosuch"), None, None).unwrap_err();
         assert!(e.to_string().contains("\"nosuch\""), "{e}");
         for job in JOBS {
             assert!(FAMILIES.contains(&job.family), "{}", job.name);

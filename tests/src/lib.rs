@@ -974,9 +974,15 @@ pub fn check_exec_paths(report: &Value, truth: &str) -> Result<String, String> {
 }
 
 /// The id of the forkprof process `pid`'s `.bss` map, which holds the kernel's open-window
-/// counters (`ACTIVE`): one of the maps whose fds `pid` holds (fdinfo `map_id:`), named by
-/// one `bpftool map show`. None when it has no such map.
+/// counters (`ACTIVE`). None when it has no such map.
 pub fn window_counters_map(pid: u32) -> Option<String> {
+    map_of(pid, ".bss")
+}
+
+/// The id of the map named `name` among those whose fds process `pid` holds (fdinfo
+/// `map_id:`), by one `bpftool map show`: an agent's own map, not another agent's. None
+/// when it has no such map.
+pub fn map_of(pid: u32, name: &str) -> Option<String> {
     let ids = fdinfo_values(pid, "map_id:");
     let out = Command::new("bpftool")
         .args(["map", "show", "-j"])
@@ -985,9 +991,33 @@ pub fn window_counters_map(pid: u32) -> Option<String> {
     let maps: Value = serde_json::from_slice(&out.stdout).ok()?;
     maps.as_array()?
         .iter()
-        .filter(|m| m["name"] == ".bss")
+        .filter(|m| m["name"] == name)
         .map(|m| m["id"].to_string())
         .find(|id| ids.contains(id))
+}
+
+/// Each CPU's bytes of entry 0 of per-CPU array map `id`, by `bpftool map dump`. None when
+/// bpftool cannot dump it.
+pub fn per_cpu_values(id: &str) -> Option<Vec<Vec<u8>>> {
+    let out = Command::new("bpftool")
+        .args(["map", "dump", "id", id, "-j"])
+        .output()
+        .ok()?;
+    let dump: Value = serde_json::from_slice(&out.stdout).ok()?;
+    dump[0]["values"]
+        .as_array()?
+        .iter()
+        .map(|cpu| hex_bytes(&cpu["value"]))
+        .collect()
+}
+
+/// bpftool's JSON bytes (`["0x2f", ...]`).
+fn hex_bytes(bytes: &Value) -> Option<Vec<u8>> {
+    bytes
+        .as_array()?
+        .iter()
+        .map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
+        .collect()
 }
 
 /// The open-window counters in `.bss` map `id` ([`window_counters_map`]), in
@@ -999,11 +1029,7 @@ pub fn open_window_counters(id: &str) -> Option<Vec<u64>> {
         .output()
         .ok()?;
     let dump: Value = serde_json::from_slice(&out.stdout).ok()?;
-    let bytes: Vec<u8> = dump[0]["value"]
-        .as_array()?
-        .iter()
-        .map(|b| u8::from_str_radix(b.as_str()?.trim_start_matches("0x"), 16).ok())
-        .collect::<Option<_>>()?;
+    let bytes = hex_bytes(&dump[0]["value"])?;
     Some(
         bytes
             .chunks_exact(8)

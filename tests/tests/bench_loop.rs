@@ -282,3 +282,75 @@ fn a_bench_burn_spins_only_in_execs_without_arguments() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_bench_argv_read_reads_argv_only_in_execs_without_arguments() {
+    forkprof_tests::needs_root!();
+    let (dir, bin, _) = spawn_pairs();
+    // The pairs (execs of nospin without an argument and with one), then, until the test has
+    // read the buffers, execs with an argument (`sleep 0.05`): had those been read too, the
+    // buffer of a CPU that ran one would hold two strings.
+    let script = r#""$0" args 100 "$1" > "$2/pairs.out" && touch "$2/ready" &&
+        while [ ! -e "$2/done" ]; do sleep 0.05; done"#;
+    let agent = Command::new(forkprof_tests::forkprof())
+        .args(["run", "--report"])
+        .arg(dir.join("report.txt"))
+        .args(["--", "sh", "-c", script])
+        .arg(&bin)
+        .arg(dir.join("nospin"))
+        .arg(&dir)
+        .env("FORKPROF_BENCH_EMPTY", "1")
+        .env("FORKPROF_BENCH_ARGV_READ", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !dir.join("ready").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ready = dir.join("ready").exists();
+    // A few of the loop's execs with an argument.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let buffers = forkprof_tests::map_of(agent.id(), "BENCH_ARGV")
+        .and_then(|id| forkprof_tests::per_cpu_values(&id));
+    std::fs::write(dir.join("done"), "").unwrap();
+    let out = agent.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(ready && out.status.success(), "{out:?}");
+    assert!(stderr.contains("FORKPROF_BENCH_ARGV_READ=1"), "{stderr}");
+    // Each CPU's last read: its length (a u64), then its bytes. Only execs without
+    // arguments are read (the pairs' nospin, or another process's on this machine): one
+    // string each, with its NUL.
+    let buffers = buffers.expect("the agent's BENCH_ARGV map, through bpftool");
+    let reads: Vec<&[u8]> = buffers
+        .iter()
+        .map(|b| {
+            let len = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+            &b[8..8 + len]
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    assert!(!reads.is_empty(), "no argv was read: {buffers:?}");
+    for read in reads {
+        let nuls = read.iter().filter(|&&b| b == 0).count();
+        assert!(
+            nuls == 1 && read.last() == Some(&0),
+            "an argv of more than one string was read: {:?}",
+            String::from_utf8_lossy(read)
+        );
+    }
+    // Without the empty programs the switch is refused.
+    let refused = Command::new(forkprof_tests::forkprof())
+        .args(["run", "--", "/bin/true"])
+        .env("FORKPROF_BENCH_ARGV_READ", "1")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs FORKPROF_BENCH_EMPTY=1"),
+        "{refused:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -152,23 +152,7 @@ fn write_image_args(rec: &mut ExecAttemptRecord, task: BtfPtr, bprm: BtfPtr) {
         rec.argv_len = 0;
         return;
     }
-    // The tracepoint's task is the current one, whose mm is the new image's.
-    let mm = task.ptr_at(kernel_layout!(task_mm));
-    let (start, end) = (
-        mm.u64_at(kernel_layout!(mm_arg_start)),
-        mm.u64_at(kernel_layout!(mm_arg_end)),
-    );
-    let len = if end > start {
-        (end - start).min(ARGV_LEN as u64) as u32
-    } else {
-        0
-    };
-    // SAFETY: `len` ≤ ARGV_LEN bytes of the record; the helper validates the user address
-    // (the new image's stack, which the kernel has just written).
-    let read = unsafe {
-        generated::bpf_probe_read_user(rec.argv.as_mut_ptr().cast(), len, start as *const _)
-    };
-    rec.argv_len = if read == 0 { len } else { 0 };
+    rec.argv_len = maps::read_image_argv(task, rec.argv.as_mut_ptr());
 }
 
 /// A failed attempt's path and argv, at its return, from the caller's memory (intact: the

@@ -144,6 +144,7 @@ static BENCH_ARGV_READ: u32 = 0;
 #[map]
 pub static BENCH_ARGV: PerCpuArray<BenchArgv> = PerCpuArray::with_max_entries(1, 0);
 
+/// A CPU's last argv read under `BENCH_ARGV_READ`: its length (0: it failed), then its bytes.
 #[repr(C)]
 pub struct BenchArgv {
     pub len: u64,

@@ -1,8 +1,8 @@
 //! The bench's workload, `bench/spawn_loop.c`: what it reports about the tracer's own CPU
 //! (SPAWN_LOOP_TRACER) and about its own CPU and its children's, each checked against a
 //! process whose CPU use is known; and `bench/spawn_pairs.c`, which times two kinds of spawn
-//! against each other in one run. No root needed, but for the test of the burn switch it
-//! serves.
+//! against each other in one run. No root needed, but for the tests of the burn and argv-read
+//! switches it serves.
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -241,6 +241,21 @@ fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A benchmark switch that only the empty programs take (`var=value`) is refused without
+/// them, and forkprof says why.
+fn refused_without_empty_programs(var: &str, value: &str) {
+    let refused = Command::new(forkprof_tests::forkprof())
+        .args(["run", "--", "/bin/true"])
+        .env(var, value)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs FORKPROF_BENCH_EMPTY=1"),
+        "{refused:?}"
+    );
+}
+
 /// `FORKPROF_BENCH_BURN`: the empty exec program spins at each exec without arguments, and
 /// only there. 20,000 steps of a chain of 64-bit multiplications (each waits on the last,
 /// 3 cycles or more on any x86-64) take 10 us or more at 6 GHz; a spawn with an argument
@@ -269,20 +284,12 @@ fn a_bench_burn_spins_only_in_execs_without_arguments() {
     assert!(stderr.contains("FORKPROF_BENCH_BURN=20000"), "{stderr}");
     let (wall, cpu) = pair_medians(&out);
     assert!(wall >= 6.0 && cpu >= 6.0, "{out:?}");
-    // Without the empty programs the switch is refused.
-    let refused = Command::new(forkprof_tests::forkprof())
-        .args(["run", "--", "/bin/true"])
-        .env("FORKPROF_BENCH_BURN", "20000")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("needs FORKPROF_BENCH_EMPTY=1"),
-        "{refused:?}"
-    );
+    refused_without_empty_programs("FORKPROF_BENCH_BURN", "20000");
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `FORKPROF_BENCH_ARGV_READ`: the empty exec program reads argv, as the real one does, at
+/// each exec without arguments and at no other.
 #[test]
 fn a_bench_argv_read_reads_argv_only_in_execs_without_arguments() {
     forkprof_tests::needs_root!();
@@ -341,16 +348,6 @@ fn a_bench_argv_read_reads_argv_only_in_execs_without_arguments() {
             String::from_utf8_lossy(read)
         );
     }
-    // Without the empty programs the switch is refused.
-    let refused = Command::new(forkprof_tests::forkprof())
-        .args(["run", "--", "/bin/true"])
-        .env("FORKPROF_BENCH_ARGV_READ", "1")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success(), "{refused:?}");
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("needs FORKPROF_BENCH_EMPTY=1"),
-        "{refused:?}"
-    );
+    refused_without_empty_programs("FORKPROF_BENCH_ARGV_READ", "1");
     let _ = std::fs::remove_dir_all(dir);
 }

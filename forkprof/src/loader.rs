@@ -893,6 +893,15 @@ pub struct BenchSwitches {
     pub argv_read: bool,
 }
 
+/// A switch that is on (1) or off (0, empty or unset).
+fn on_off(name: &str, value: Option<&str>) -> Result<bool> {
+    match value {
+        None | Some("" | "0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => bail!("{name} must be 0 or 1, not {v:?}"),
+    }
+}
+
 /// The environment's values of the benchmark switches, each as it is set (None: unset).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BenchVars<'a> {
@@ -910,11 +919,7 @@ impl BenchSwitches {
             burn,
             argv_read,
         } = vars;
-        let empty = match empty {
-            None | Some("" | "0") => false,
-            Some("1") => true,
-            Some(v) => bail!("FORKPROF_BENCH_EMPTY must be 0 or 1, not {v:?}"),
-        };
+        let empty = on_off("FORKPROF_BENCH_EMPTY", empty)?;
         let only = match only {
             None => None,
             Some(list) => {
@@ -947,12 +952,10 @@ impl BenchSwitches {
                 ),
             },
         };
-        let argv_read = match argv_read {
-            None | Some("" | "0") => false,
-            Some("1") if empty => true,
-            Some("1") => bail!("FORKPROF_BENCH_ARGV_READ needs FORKPROF_BENCH_EMPTY=1"),
-            Some(v) => bail!("FORKPROF_BENCH_ARGV_READ must be 0 or 1, not {v:?}"),
-        };
+        let argv_read = on_off("FORKPROF_BENCH_ARGV_READ", argv_read)?;
+        if argv_read && !empty {
+            bail!("FORKPROF_BENCH_ARGV_READ needs FORKPROF_BENCH_EMPTY=1");
+        }
         Ok(Self {
             empty,
             only,

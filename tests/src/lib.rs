@@ -999,16 +999,20 @@ pub fn map_of(pid: u32, name: &str) -> Option<String> {
 /// Each CPU's bytes of entry 0 of per-CPU array map `id`, by `bpftool map dump`. None when
 /// bpftool cannot dump it.
 pub fn per_cpu_values(id: &str) -> Option<Vec<Vec<u8>>> {
-    let out = Command::new("bpftool")
-        .args(["map", "dump", "id", id, "-j"])
-        .output()
-        .ok()?;
-    let dump: Value = serde_json::from_slice(&out.stdout).ok()?;
-    dump[0]["values"]
+    map_dump(id)?[0]["values"]
         .as_array()?
         .iter()
         .map(|cpu| hex_bytes(&cpu["value"]))
         .collect()
+}
+
+/// Map `id`'s entries, as `bpftool map dump -j` gives them. None when bpftool cannot dump it.
+fn map_dump(id: &str) -> Option<Value> {
+    let out = Command::new("bpftool")
+        .args(["map", "dump", "id", id, "-j"])
+        .output()
+        .ok()?;
+    serde_json::from_slice(&out.stdout).ok()
 }
 
 /// bpftool's JSON bytes (`["0x2f", ...]`).
@@ -1024,12 +1028,7 @@ fn hex_bytes(bytes: &Value) -> Option<Vec<u8>> {
 /// `forkprof_common::active` order: FORKS, EXECS, LD, EXITS, COW, CHILDREN, SPILLED,
 /// STATIC_START. None when bpftool cannot dump it.
 pub fn open_window_counters(id: &str) -> Option<Vec<u64>> {
-    let out = Command::new("bpftool")
-        .args(["map", "dump", "id", id, "-j"])
-        .output()
-        .ok()?;
-    let dump: Value = serde_json::from_slice(&out.stdout).ok()?;
-    let bytes = hex_bytes(&dump[0]["value"])?;
+    let bytes = hex_bytes(&map_dump(id)?[0]["value"])?;
     Some(
         bytes
             .chunks_exact(8)

@@ -400,16 +400,27 @@ exit $status"#,
 /// Gives `cmd` a fixed, minimal environment: what the workload sees must not depend on who
 /// runs the bench. `cargo run` sets LD_LIBRARY_PATH, for one, and then every exec'd binary
 /// searches its directories first: more syscalls per spawn, which made strace's overhead
-/// several times larger.
+/// several times larger. Only the caller's HOME and the settings of a forkprof wrapper
+/// (`WRAPPER_VARS`) pass, where the caller set them.
 pub(super) fn clean_env(cmd: &mut Command) {
+    clean_env_from(cmd, |name| std::env::var_os(name));
+}
+
+/// The settings of bench/forkprof-with.sh, which `--before` may name: without them the
+/// wrapper would run with its defaults whatever the caller set.
+const WRAPPER_VARS: [&str; 3] = ["FORKPROF", "FORKPROF_WITH", "FORKPROF_WRAP"];
+
+fn clean_env_from(cmd: &mut Command, caller: impl Fn(&str) -> Option<std::ffi::OsString>) {
     cmd.env_clear()
         .env(
             "PATH",
             "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         )
         .env("LANG", "C.UTF-8");
-    if let Some(home) = std::env::var_os("HOME") {
-        cmd.env("HOME", home);
+    for name in std::iter::once("HOME").chain(WRAPPER_VARS) {
+        if let Some(value) = caller(name) {
+            cmd.env(name, value);
+        }
     }
 }
 
@@ -581,6 +592,35 @@ pub(super) fn compile_loop(paths: &Paths) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clean_environment_keeps_home_and_the_wrappers_settings_only() {
+        let mut cmd = Command::new("true");
+        clean_env_from(&mut cmd, |name| match name {
+            "HOME" => Some("/root".into()),
+            "FORKPROF_WITH" => Some("".into()),
+            "FORKPROF_WRAP" => Some("taskset -c 0".into()),
+            "LD_LIBRARY_PATH" => Some("/tmp".into()),
+            _ => None,
+        });
+        let env: Vec<_> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_str().unwrap(), v.and_then(|v| v.to_str())))
+            .collect();
+        assert_eq!(
+            env,
+            [
+                ("FORKPROF_WITH", Some("")),
+                ("FORKPROF_WRAP", Some("taskset -c 0")),
+                ("HOME", Some("/root")),
+                ("LANG", Some("C.UTF-8")),
+                (
+                    "PATH",
+                    Some("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn command_lines() {

@@ -22,12 +22,12 @@ stats_was=$(sysctl -n kernel.bpf_stats_enabled)
 trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -q kernel.bpf_stats_enabled="$stats_was"; rm -rf "$work"' EXIT
 sysctl -q kernel.bpf_stats_enabled=1
 
-# forkprof's programs now loaded, but those listed in $work/old (loaded before this run):
-# `ids` prints their ids, `ns` the time they have run so far.
+# `ids`: the ids of forkprof's programs now loaded; `ns`: the time run so far by those not
+# listed in $work/old (the ids taken before this run's forkprof started).
 programs() { # ids|ns
   bpftool prog show -j | python3 -c '
 import json, sys
-old = set(open(sys.argv[2]).read().split())
+old = set(open(sys.argv[2]).read().split()) if sys.argv[1] == "ns" else set()
 mine = [p for p in json.load(sys.stdin)
         if p.get("name", "").startswith("forkprof") and str(p["id"]) not in old]
 if sys.argv[1] == "ids":
@@ -39,9 +39,7 @@ else:
 # One run: forkprof (with the environment given) attached, its command waiting on a FIFO
 # while the loop runs beside it; prints ns per spawn.
 measure() { # [ENV...]
-  : > "$work/old"
-  programs ids > "$work/old.new"
-  mv "$work/old.new" "$work/old"
+  programs ids > "$work/old"
   rm -f "$work/ready" "$work/go"
   mkfifo "$work/go"
   # A clean environment, without sudo's SUDO_UID: the waiting command stays root, as the FIFO's

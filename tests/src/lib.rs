@@ -996,6 +996,32 @@ pub fn map_of(pid: u32, name: &str) -> Option<String> {
         .find(|id| ids.contains(id))
 }
 
+/// The name of BPF program `id` and the length of its own function in BPF instructions as
+/// the kernel translated it (`bpftool prog dump xlated -j`: the instructions before the
+/// first subprogram's prototype), with whether it calls any subprogram. None when bpftool
+/// cannot show it.
+pub fn program_own_length(id: u32) -> Option<(String, usize, bool)> {
+    let show = Command::new("bpftool")
+        .args(["prog", "show", "id", &id.to_string(), "-j"])
+        .output()
+        .ok()?;
+    let name = serde_json::from_slice::<Value>(&show.stdout).ok()?["name"]
+        .as_str()?
+        .to_string();
+    let dump = Command::new("bpftool")
+        .args(["prog", "dump", "xlated", "id", &id.to_string(), "-j"])
+        .output()
+        .ok()?;
+    let insns: Value = serde_json::from_slice(&dump.stdout).ok()?;
+    let insns = insns.as_array()?;
+    let own = insns
+        .iter()
+        .skip(1)
+        .position(|i| i.get("proto").is_some())
+        .map_or(insns.len(), |at| at + 1);
+    Some((name, own, own < insns.len()))
+}
+
 /// Each CPU's bytes of entry 0 of per-CPU array map `id`, by `bpftool map dump`. None when
 /// bpftool cannot dump it.
 pub fn per_cpu_values(id: &str) -> Option<Vec<Vec<u8>>> {

@@ -29,12 +29,20 @@ pub fn on_lock_acquired(ctx: &RawTracePointContext, write: usize, success: usize
     if write & 0xff == 0 || success & 0xff == 0 {
         return;
     }
+    write_lock_acquired(ctx.arg(0));
+}
+
+/// A write lock of `mm` was taken while some fork is in flight. A BPF subprogram, which the
+/// JIT places apart from its caller, so that the hot path that turns a hit away stays a short
+/// image (see `on_page_fault`).
+#[inline(never)]
+fn write_lock_acquired(mm: u64) {
     let Some(fs) = maps::fork_in_flight() else {
         return;
     };
     // dup_mmap runs before task_newtask; the first write lock in the syscall is the parent's mm.
     if fs.pt_mm == 0 && fs.created_ns == 0 {
-        fs.pt_mm = ctx.arg(0);
+        fs.pt_mm = mm;
         fs.pt_start = maps::now();
     }
 }
@@ -49,10 +57,16 @@ pub fn on_lock_released(ctx: &RawTracePointContext, write: usize) {
     if write & 0xff == 0 {
         return;
     }
+    write_lock_released(ctx.arg(0));
+}
+
+/// A write lock of `mm` was released while some fork is in flight (a subprogram, as
+/// `write_lock_acquired`).
+#[inline(never)]
+fn write_lock_released(mm: u64) {
     let Some(fs) = maps::fork_in_flight() else {
         return;
     };
-    let mm: u64 = ctx.arg(0);
     if fs.pt_mm == mm && fs.pt_ns == 0 {
         fs.pt_ns = maps::now() - fs.pt_start;
     }
@@ -85,6 +99,18 @@ pub fn on_page_fault(ctx: &RawTracePointContext) {
     if error_code & PF_PROT_WRITE != PF_PROT_WRITE || maps::active(active::COW) == 0 {
         return;
     }
+    write_fault_in_window();
+}
+
+/// A write fault on a present page while some copy-on-write window is open. A BPF
+/// subprogram, which the JIT compiles into an image of its own: the caller's image, which
+/// every user page fault on the system runs, is then about 100 bytes. A hot program's early
+/// return jumps to the epilogue at its image's end, and an image that crosses a 4 KiB page
+/// runs two pages on every hit: about 7 ns more per hit on the Intel VM of BENCHMARKS.md,
+/// where a 436-byte image crosses in about one placement in ten (docs/kernel-findings.md,
+/// "A hot program's image across a page costs every hit").
+#[inline(never)]
+fn write_fault_in_window() {
     let (tgid, _) = maps::current_ids();
     let Some(ps) = maps::proc_of(tgid) else {
         return;

@@ -192,6 +192,12 @@ pub fn tempdir() -> PathBuf {
 /// The ids of the BPF programs named `forkprof_*` loaded in the kernel now (bpftool), whoever
 /// loaded them.
 pub fn forkprof_programs() -> BTreeSet<u32> {
+    forkprof_program_names().into_keys().collect()
+}
+
+/// The BPF programs named `forkprof_*` loaded in the kernel now, by id, with their names
+/// (one `bpftool prog show`).
+pub fn forkprof_program_names() -> std::collections::BTreeMap<u32, String> {
     let out = Command::new("bpftool")
         .args(["prog", "show", "--json"])
         .output()
@@ -201,12 +207,10 @@ pub fn forkprof_programs() -> BTreeSet<u32> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|p| {
-            p["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("forkprof_"))
+        .filter_map(|p| {
+            let name = p["name"].as_str().filter(|n| n.starts_with("forkprof_"))?;
+            Some((p["id"].as_u64()? as u32, name.to_string()))
         })
-        .filter_map(|p| p["id"].as_u64().map(|id| id as u32))
         .collect()
 }
 
@@ -996,18 +1000,11 @@ pub fn map_of(pid: u32, name: &str) -> Option<String> {
         .find(|id| ids.contains(id))
 }
 
-/// The name of BPF program `id` and the length of its own function in BPF instructions as
-/// the kernel translated it (`bpftool prog dump xlated -j`: the instructions before the
-/// first subprogram's prototype), with whether it calls any subprogram. None when bpftool
-/// cannot show it.
-pub fn program_own_length(id: u32) -> Option<(String, usize, bool)> {
-    let show = Command::new("bpftool")
-        .args(["prog", "show", "id", &id.to_string(), "-j"])
-        .output()
-        .ok()?;
-    let name = serde_json::from_slice::<Value>(&show.stdout).ok()?["name"]
-        .as_str()?
-        .to_string();
+/// The length of BPF program `id`'s own function in BPF instructions as the kernel
+/// translated it (`bpftool prog dump xlated -j`: the instructions before the first
+/// subprogram's prototype), and whether it calls any subprogram. None when bpftool cannot
+/// dump it.
+pub fn program_own_length(id: u32) -> Option<(usize, bool)> {
     let dump = Command::new("bpftool")
         .args(["prog", "dump", "xlated", "id", &id.to_string(), "-j"])
         .output()
@@ -1019,7 +1016,7 @@ pub fn program_own_length(id: u32) -> Option<(String, usize, bool)> {
         .skip(1)
         .position(|i| i.get("proto").is_some())
         .map_or(insns.len(), |at| at + 1);
-    Some((name, own, own < insns.len()))
+    Some((own, own < insns.len()))
 }
 
 /// Each CPU's bytes of entry 0 of per-CPU array map `id`, by `bpftool map dump`. None when

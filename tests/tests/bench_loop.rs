@@ -388,11 +388,16 @@ fn the_hot_programs_turn_hits_away_in_a_short_function_of_their_own() {
     let script = r#"touch "$0/ready" && while [ ! -e "$0/done" ]; do sleep 0.05; done"#;
     let (agent, ready) = run_until_ready(&dir, script, &[dir.as_os_str()], &[]);
     let attached = forkprof_tests::attached_tracepoints(agent.id());
-    let hot: Vec<(String, usize, bool)> = forkprof_tests::programs_of(agent.id())
+    let agents = forkprof_tests::programs_of(agent.id());
+    let hot: Vec<(String, usize, bool)> = forkprof_tests::forkprof_program_names()
         .into_iter()
-        .filter_map(forkprof_tests::program_own_length)
-        .filter(|(name, _, _)| {
-            name.starts_with("forkprof_mmap_lock_") || name == "forkprof_page_fault_user"
+        .filter(|(id, name)| {
+            agents.contains(id)
+                && (name.starts_with("forkprof_mmap_lock_") || name == "forkprof_page_fault_user")
+        })
+        .filter_map(|(id, name)| {
+            let (own, calls) = forkprof_tests::program_own_length(id)?;
+            Some((name, own, calls))
         })
         .collect();
     std::fs::write(dir.join("done"), "").unwrap();

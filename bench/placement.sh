@@ -30,20 +30,19 @@ trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -q kernel.bpf_stats_enabled="$
 sysctl -q kernel.bpf_stats_enabled=1
 
 # The symbols, sorted by address (an image ends where the next symbol starts), and every
-# program's stats.
+# program's stats. Exported, for the command that `run` traces.
 snapshot() {
   sort /proc/kallsyms > "$work/syms"
   bpftool prog show -j > "$work/progs.json"
 }
+export -f snapshot
+export work
 
 for i in $(seq "${N:-3}"); do
   if [ "$mode" = run ]; then
     # The loop inside `run`, and the snapshot too, while its programs are still loaded.
-    WORK=$work LOOP=$loop TRUE_DYN=$true_dyn ITER=$n "$fp" run -- bash -c '
-      "$LOOP" "$ITER" "$TRUE_DYN" >/dev/null
-      sort /proc/kallsyms > "$WORK/syms"
-      bpftool prog show -j > "$WORK/progs.json"' >/dev/null 2>"$work/agent.err" \
-      || { cat "$work/agent.err" >&2; exit 1; }
+    "$fp" run -- bash -c '"$0" "$1" "$2" >/dev/null && snapshot' "$loop" "$n" "$true_dyn" \
+      >/dev/null 2>"$work/agent.err" || { cat "$work/agent.err" >&2; exit 1; }
   else
     start_agent 'forkprof: serving metrics' "$work/agent.err" "$fp" monitor --listen 127.0.0.1:0
     "$loop" "$n" "$true_dyn" >/dev/null

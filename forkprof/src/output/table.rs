@@ -15,39 +15,99 @@ use crate::model::{
     trace::ExitStatus,
 };
 
-fn new_table(header: &[&str]) -> Table {
+fn new_table(cols: &[Column]) -> Table {
     let mut t = Table::new();
-    // A pipe or a file: every column at its natural width, no name broken across lines.
+    // A pipe or a file: every column at its natural width, no name broken across lines, and
+    // aligned as on a terminal (numbers right, text left).
     t.load_preset(UTF8_FULL_CONDENSED)
         .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(header.iter().map(Cell::new));
-    for i in 1..header.len() {
+        .set_header(cols.iter().map(|c| Cell::new(&c.header)));
+    for (i, col) in cols.iter().enumerate() {
         if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
+            c.set_cell_alignment(if col.right {
+                CellAlignment::Right
+            } else {
+                CellAlignment::Left
+            });
         }
     }
     t
 }
 
-/// `cols` as one table: as it always was when `width` is `None` (a pipe or a file), else
-/// fitted to `width`, with a line naming the columns left out.
-fn render(cols: &[Column], width: Option<usize>, out: &mut dyn Write) -> Result<()> {
+/// `cols` as one table: every column at its natural width when `width` is `None` (a pipe or
+/// a file), else fitted to `width`, with a line naming the columns left out. Returns the
+/// headers of those left out.
+fn render(cols: &[Column], width: Option<usize>, out: &mut dyn Write) -> Result<Vec<String>> {
     let Some(w) = width else {
-        let header: Vec<&str> = cols.iter().map(|c| c.header.as_str()).collect();
-        let mut t = new_table(&header);
+        let mut t = new_table(cols);
         let rows = cols.first().map_or(0, |c| c.cells.len());
         for r in 0..rows {
             t.add_row(cols.iter().map(|c| Cell::new(&c.cells[r])));
         }
         writeln!(out, "{t}")?;
-        return Ok(());
+        return Ok(Vec::new());
     };
     let fitted = width::fit(cols, w);
     writeln!(out, "{}", fitted.table)?;
     if let Some(note) = width::left_out_note(&fitted.left_out, w) {
         writeln!(out, "{note}")?;
     }
-    Ok(())
+    Ok(fitted.left_out)
+}
+
+/// The parenthesized notes that more than one of `cells` carries (such as what the syscall
+/// hooks do for 32-bit processes, which every phase they time repeats), each replaced by a
+/// mark, `[1]` for the first: the cells, and the notes in the order of their marks.
+fn footnotes(cells: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let groups: Vec<Vec<&str>> = cells.iter().map(|c| parenthesized(c)).collect();
+    let mut notes: Vec<String> = Vec::new();
+    for g in groups.iter().flatten() {
+        let shared = groups.iter().filter(|other| other.contains(g)).count() > 1;
+        if shared && !notes.iter().any(|n| n == &g[1..g.len() - 1]) {
+            notes.push(g[1..g.len() - 1].to_string());
+        }
+    }
+    let cells = cells
+        .iter()
+        .map(|c| {
+            notes.iter().enumerate().fold(c.clone(), |c, (i, n)| {
+                c.replace(&format!("({n})"), &format!("[{}]", i + 1))
+            })
+        })
+        .collect();
+    (cells, notes)
+}
+
+/// The outermost parenthesized groups of `text`, parentheses included; none where they do
+/// not balance.
+fn parenthesized(text: &str) -> Vec<&str> {
+    let mut groups = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, ch) in text.char_indices() {
+        match ch {
+            '(' => {
+                if depth == 0 {
+                    start = i;
+                }
+                depth += 1;
+            }
+            ')' => {
+                let Some(d) = depth.checked_sub(1) else {
+                    return Vec::new();
+                };
+                depth = d;
+                if depth == 0 {
+                    groups.push(&text[start..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Vec::new();
+    }
+    groups
 }
 
 /// A line of prose, broken at spaces to fit `width` (later lines start with `indent`).
@@ -330,6 +390,7 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         }
     }
     let [phase, count, total, mean, p50, p99, source] = cells;
+    let (source, notes) = footnotes(source);
     let cols = [
         Column::new("phase", phase).left(Wrap::Never),
         Column::new("count", count).drop(1),
@@ -339,7 +400,12 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         Column::new("p99", p99).drop(2),
         Column::new("source", source).left(Wrap::Words).drop(5),
     ];
-    render(&cols, width, out)?;
+    let left_out = render(&cols, width, out)?;
+    if !left_out.iter().any(|h| h == "source") {
+        for (i, note) in notes.iter().enumerate() {
+            prose(out, width, &format!("  [{}] {note}", i + 1), "      ")?;
+        }
+    }
     for (by, rows) in &report.groups {
         let (title, first) = match *by {
             "binary" => ("Binaries", "binary"),
@@ -401,5 +467,72 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("forkprof: a recording of 10.00 s"), "{text}");
         assert!(!text.contains("``"), "{text}");
+    }
+
+    /// A note that several phases' sources repeat is printed once, under the table; one
+    /// that only one source has stays where it is, even twice.
+    #[test]
+    fn shared_source_notes_become_footnotes() {
+        let cells = vec![
+            "tracepoint sys_enter_clone + tp_btf task_newtask (32-bit: on demand, none seen)"
+                .to_string(),
+            "raw_tp page_fault_user (write faults on present pages (from user mode))".into(),
+            "tracepoint sys_enter_execve (32-bit: on demand, none seen)".into(),
+            "derived: fork + exec".into(),
+            "kprobe a (not set) + kprobe b (not set) (32-bit: on demand, none seen)".into(),
+        ];
+        let (cells, notes) = super::footnotes(cells);
+        // "(not set)" is repeated, but by one source only: it stays.
+        assert_eq!(notes, ["32-bit: on demand, none seen"]);
+        assert_eq!(
+            cells,
+            [
+                "tracepoint sys_enter_clone + tp_btf task_newtask [1]",
+                "raw_tp page_fault_user (write faults on present pages (from user mode))",
+                "tracepoint sys_enter_execve [1]",
+                "derived: fork + exec",
+                "kprobe a (not set) + kprobe b (not set) [1]",
+            ]
+        );
+    }
+
+    /// The report prints a shared note once, under the phase table, and not at all where
+    /// the terminal is too narrow for the source column that refers to it.
+    #[test]
+    fn the_report_prints_a_shared_note_once_and_only_with_its_column() {
+        use crate::model::phases::Phase;
+        let mut t = Trace::default();
+        t.ingest(spawn(key(1, 0), key(2, 500), 57, 17));
+        t.ingest(exec(key(2, 500), 200_000, b"/bin/true", 0, 0));
+        let mut report = Report::build(&t, &Context::for_run(&|_| false));
+        let note = "32-bit processes' syscalls: on demand, none seen";
+        report
+            .sources
+            .insert(Phase::Fork, format!("tracepoint sys_enter_clone ({note})"));
+        report
+            .sources
+            .insert(Phase::Exec, format!("tracepoint sys_enter_execve ({note})"));
+        let text = |width| {
+            let mut out = Vec::new();
+            super::write(&report, 5, width, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        for wide in [None, Some(200)] {
+            let text = text(wide);
+            assert_eq!(text.matches(note).count(), 1, "{text}");
+            assert!(text.contains(&format!("\n  [1] {note}\n")), "{text}");
+            assert!(text.contains("tracepoint sys_enter_execve [1]"), "{text}");
+        }
+        let narrow = text(Some(60));
+        assert!(!narrow.contains("[1]"), "{narrow}");
+        assert!(!narrow.contains(note), "{narrow}");
+    }
+
+    /// Unbalanced parentheses are text, not a note.
+    #[test]
+    fn unbalanced_parentheses_are_left_alone() {
+        assert!(super::parenthesized("a (b").is_empty());
+        assert!(super::parenthesized("a) (b)").is_empty());
+        assert_eq!(super::parenthesized("a (b (c)) d (e)"), ["(b (c))", "(e)"]);
     }
 }

@@ -107,10 +107,12 @@ pub fn explain_failure(kind: &str, error: &str) -> (String, Option<String>) {
         "kprobe" | "kretprobe" => kernel_config()
             .filter(|c| !c.lines().any(|l| l == "CONFIG_KPROBES=y"))
             .map(|_| "CONFIG_KPROBES is not set in this kernel".to_string()),
-        "fentry" | "fexit" if text.contains("Operation not permitted") => Some(match lockdown() {
-            Some(l) if !l.contains("[none]") => format!("kernel lockdown: {l}"),
-            _ => "refused by the kernel: lockdown or a security module".to_string(),
-        }),
+        "fentry" | "fexit" if text.contains("Operation not permitted") => {
+            Some(match lockdown().as_deref().and_then(active_mode) {
+                Some(mode) if mode != "none" => format!("refused by the kernel lockdown: {mode}"),
+                _ => "refused by the kernel: lockdown or a security module".to_string(),
+            })
+        }
         _ => None,
     };
     match hint {
@@ -119,11 +121,70 @@ pub fn explain_failure(kind: &str, error: &str) -> (String, Option<String>) {
     }
 }
 
-/// /sys/kernel/security/lockdown, e.g. "none [integrity] confidentiality".
+/// The kernel's lockdown modes, the active one in brackets: securityfs's `lockdown`, e.g.
+/// "none [integrity] confidentiality". None where there is no lockdown LSM, or where it
+/// cannot be read. Read once per process.
 pub fn lockdown() -> Option<String> {
-    std::fs::read_to_string("/sys/kernel/security/lockdown")
-        .ok()
-        .map(|s| s.trim().to_string())
+    static LOCKDOWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    LOCKDOWN.get_or_init(read_lockdown).clone()
+}
+
+/// The active mode of securityfs's `lockdown` text: the one in brackets.
+fn active_mode(modes: &str) -> Option<&str> {
+    let start = modes.find('[')? + 1;
+    let len = modes[start..].find(']')?;
+    Some(&modes[start..start + len])
+}
+
+fn read_lockdown() -> Option<String> {
+    const SECURITYFS: &str = "/sys/kernel/security";
+    let read = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join("lockdown"))
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    // Mounted where init usually mounts it: it says, or there is no lockdown LSM.
+    if std::path::Path::new(SECURITYFS).join("lsm").exists() {
+        return read(std::path::Path::new(SECURITYFS));
+    }
+    with_securityfs(read)
+}
+
+/// `f` on securityfs where it is mounted nowhere (a host whose init does not mount it): a
+/// read-only mount of its own in a new root-owned directory of the temporary directory,
+/// detached and removed at once. None without the privilege to mount.
+fn with_securityfs<T>(f: impl FnOnce(&std::path::Path) -> Option<T>) -> Option<T> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        "forkprof-securityfs-{}-{nanos}",
+        std::process::id()
+    ));
+    // A new directory (never one found there), which only its owner may enter.
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).ok()?;
+    let target = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok();
+    let mounted = target.as_ref().is_some_and(|t| {
+        // SAFETY: valid NUL-terminated strings; no data argument.
+        unsafe {
+            libc::mount(
+                c"securityfs".as_ptr(),
+                t.as_ptr(),
+                c"securityfs".as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) == 0
+        }
+    });
+    let out = if mounted { f(&dir) } else { None };
+    if let (true, Some(t)) = (mounted, &target) {
+        // SAFETY: a valid NUL-terminated path, mounted above.
+        unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+    }
+    let _ = std::fs::remove_dir(&dir);
+    out
 }
 
 /// The kernel's build configuration, from /proc/config.gz (gzip) via `zcat`, if present.
@@ -140,6 +201,21 @@ fn kernel_config() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::explain_failure;
+
+    #[test]
+    fn the_active_lockdown_mode_is_the_bracketed_one() {
+        use super::active_mode;
+        assert_eq!(
+            active_mode("none [integrity] confidentiality"),
+            Some("integrity")
+        );
+        assert_eq!(
+            active_mode("[none] integrity confidentiality"),
+            Some("none")
+        );
+        assert_eq!(active_mode("none integrity"), None);
+        assert_eq!(active_mode("none [integrity"), None);
+    }
 
     #[test]
     fn drops_an_empty_verifier_output() {

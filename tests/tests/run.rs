@@ -988,3 +988,47 @@ fn doctor_names_runs_syscall_source_where_tracefs_is_not_mounted() {
     // the namespace's mounts went with it
     assert!(std::path::Path::new("/sys/kernel/tracing/events").is_dir());
 }
+
+/// `doctor` reads the kernel's lockdown mode where securityfs is mounted at its usual place,
+/// and where it is mounted nowhere (this VM's init mounts none): through a mount of its own,
+/// gone when it is done. The truth is the test's own mount of securityfs, read first. Run in
+/// a mount namespace of its own, so that the host's mounts stay as they were.
+#[test]
+fn doctor_reads_the_lockdown_mode_with_or_without_securityfs_mounted() {
+    needs_root!();
+    let dir = tempdir();
+    let script = r#"
+        t=$(mktemp -d) && mount -t securityfs none "$t" || exit 98
+        cat "$t/lockdown" > "$1/truth" 2>/dev/null
+        umount "$t" && rmdir "$t" || exit 98
+        umount /sys/kernel/security 2>/dev/null
+        grep -q ' securityfs ' /proc/self/mountinfo && exit 99
+        "$0" doctor --json > "$1/unmounted.json" || exit 97
+        grep ' securityfs ' /proc/self/mountinfo > "$1/left"
+        mount -t securityfs none /sys/kernel/security || exit 96
+        "$0" doctor --json > "$1/mounted.json" || exit 95
+    "#;
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(forkprof())
+        .arg(&dir)
+        .output()
+        .expect("unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let truth = read("truth").trim().to_string();
+    // No lockdown LSM: no file, and doctor says null.
+    let expected = (!truth.is_empty()).then_some(truth);
+    for case in ["unmounted", "mounted"] {
+        let doctor: serde_json::Value =
+            serde_json::from_str(&read(&format!("{case}.json"))).expect("doctor's JSON");
+        assert_eq!(
+            doctor["lockdown"].as_str(),
+            expected.as_deref(),
+            "securityfs {case}"
+        );
+    }
+    assert_eq!(read("left"), "", "doctor left securityfs mounted");
+    let _ = std::fs::remove_dir_all(dir);
+}

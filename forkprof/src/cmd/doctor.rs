@@ -7,6 +7,7 @@ use crate::btf;
 use crate::capabilities;
 use crate::cli::DoctorArgs;
 use crate::loader::{self, LoadOptions};
+use crate::output::width::footnotes;
 
 pub fn run(args: &DoctorArgs) -> Result<i32> {
     let release = loader::kernel_release();
@@ -86,7 +87,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     println!(
         "lockdown      {}",
         capabilities::lockdown()
-            .unwrap_or_else(|| "unknown (securityfs not mounted or no lockdown LSM)".into())
+            .unwrap_or_else(|| "unknown (no lockdown LSM, or securityfs could not be read)".into())
     );
     println!("privileges    CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes");
     println!("\nhooks (each tried on its own; a job uses its first source that attaches wholly)");
@@ -97,28 +98,64 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         .filter(|h| h.used)
         .map(|h| h.job)
         .collect();
-    for h in &loaded.hooks {
-        let state = match &h.error {
-            None if h.used => format!("{} (used)", h.status),
-            None => h.status.to_string(),
-            Some(e) if served.contains(h.job) => {
-                format!("{} (the job uses another source): {e}", h.status)
-            }
-            Some(e) => format!("{}: {e}", h.status),
-        };
-        println!(
-            "  {:<40} {:<24} {state}",
-            h.hook,
-            format!(
+    // A reason that several hooks give (every fentry under a lockdown) is printed once,
+    // under the list, and each of those hooks refers to it: `[1]`.
+    let mut reasons: Vec<&str> = Vec::new();
+    for e in loaded.hooks.iter().filter_map(|h| h.error.as_deref()) {
+        let given = loaded
+            .hooks
+            .iter()
+            .filter(|h| h.error.as_deref() == Some(e));
+        if given.count() > 1 && !reasons.contains(&e) {
+            reasons.push(e);
+        }
+    }
+    let rows: Vec<[String; 3]> = loaded
+        .hooks
+        .iter()
+        .map(|h| {
+            let job = format!(
                 "{}{}",
                 h.job,
                 if h.required { " (required job)" } else { "" }
-            ),
-        );
+            );
+            let reason = h
+                .error
+                .as_deref()
+                .map(|e| match reasons.iter().position(|r| *r == e) {
+                    Some(i) => format!("[{}]", i + 1),
+                    None => e.to_string(),
+                });
+            let state = match reason {
+                None if h.used => format!("{} (used)", h.status),
+                None => h.status.to_string(),
+                Some(e) if served.contains(h.job) => {
+                    format!("{} (the job uses another source): {e}", h.status)
+                }
+                Some(e) => format!("{}: {e}", h.status),
+            };
+            [h.hook.to_string(), job, state]
+        })
+        .collect();
+    let hook_w = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
+    let job_w = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
+    for [hook, job, state] in &rows {
+        println!("  {hook:<hook_w$}  {job:<job_w$}  {state}");
+    }
+    for (i, reason) in reasons.iter().enumerate() {
+        println!("  [{}] {reason}", i + 1);
     }
     println!("\nphase sources");
-    for (phase, source) in sources.iter_by_name() {
-        println!("  {:<15} {source}", phase.name());
+    let (names, texts): (Vec<&str>, Vec<String>) = sources
+        .iter_by_name()
+        .map(|(phase, source)| (phase.name(), source.to_string()))
+        .unzip();
+    let (texts, notes) = footnotes(texts);
+    for (name, text) in names.iter().zip(&texts) {
+        println!("  {name:<15} {text}");
+    }
+    for (i, note) in notes.iter().enumerate() {
+        println!("  [{}] {note}", i + 1);
     }
     println!("\nother capabilities");
     for c in &capabilities {

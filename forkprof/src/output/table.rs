@@ -55,61 +55,6 @@ fn render(cols: &[Column], width: Option<usize>, out: &mut dyn Write) -> Result<
     Ok(fitted.left_out)
 }
 
-/// The parenthesized notes that more than one of `cells` carries (such as what the syscall
-/// hooks do for 32-bit processes, which every phase they time repeats), each replaced by a
-/// mark, `[1]` for the first: the cells, and the notes in the order of their marks.
-fn footnotes(cells: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let groups: Vec<Vec<&str>> = cells.iter().map(|c| parenthesized(c)).collect();
-    let mut notes: Vec<String> = Vec::new();
-    for g in groups.iter().flatten() {
-        let shared = groups.iter().filter(|other| other.contains(g)).count() > 1;
-        if shared && !notes.iter().any(|n| n == &g[1..g.len() - 1]) {
-            notes.push(g[1..g.len() - 1].to_string());
-        }
-    }
-    let cells = cells
-        .iter()
-        .map(|c| {
-            notes.iter().enumerate().fold(c.clone(), |c, (i, n)| {
-                c.replace(&format!("({n})"), &format!("[{}]", i + 1))
-            })
-        })
-        .collect();
-    (cells, notes)
-}
-
-/// The outermost parenthesized groups of `text`, parentheses included; none where they do
-/// not balance.
-fn parenthesized(text: &str) -> Vec<&str> {
-    let mut groups = Vec::new();
-    let mut depth = 0usize;
-    let mut start = 0;
-    for (i, ch) in text.char_indices() {
-        match ch {
-            '(' => {
-                if depth == 0 {
-                    start = i;
-                }
-                depth += 1;
-            }
-            ')' => {
-                let Some(d) = depth.checked_sub(1) else {
-                    return Vec::new();
-                };
-                depth = d;
-                if depth == 0 {
-                    groups.push(&text[start..=i]);
-                }
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Vec::new();
-    }
-    groups
-}
-
 /// A line of prose, broken at spaces to fit `width` (later lines start with `indent`).
 fn prose(out: &mut dyn Write, width: Option<usize>, text: &str, indent: &str) -> Result<()> {
     match width {
@@ -390,7 +335,7 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         }
     }
     let [phase, count, total, mean, p50, p99, source] = cells;
-    let (source, notes) = footnotes(source);
+    let (source, notes) = width::footnotes(source);
     let cols = [
         Column::new("phase", phase).left(Wrap::Never),
         Column::new("count", count).drop(1),
@@ -469,33 +414,6 @@ mod tests {
         assert!(!text.contains("``"), "{text}");
     }
 
-    /// A note that several phases' sources repeat is printed once, under the table; one
-    /// that only one source has stays where it is, even twice.
-    #[test]
-    fn shared_source_notes_become_footnotes() {
-        let cells = vec![
-            "tracepoint sys_enter_clone + tp_btf task_newtask (32-bit: on demand, none seen)"
-                .to_string(),
-            "raw_tp page_fault_user (write faults on present pages (from user mode))".into(),
-            "tracepoint sys_enter_execve (32-bit: on demand, none seen)".into(),
-            "derived: fork + exec".into(),
-            "kprobe a (not set) + kprobe b (not set) (32-bit: on demand, none seen)".into(),
-        ];
-        let (cells, notes) = super::footnotes(cells);
-        // "(not set)" is repeated, but by one source only: it stays.
-        assert_eq!(notes, ["32-bit: on demand, none seen"]);
-        assert_eq!(
-            cells,
-            [
-                "tracepoint sys_enter_clone + tp_btf task_newtask [1]",
-                "raw_tp page_fault_user (write faults on present pages (from user mode))",
-                "tracepoint sys_enter_execve [1]",
-                "derived: fork + exec",
-                "kprobe a (not set) + kprobe b (not set) [1]",
-            ]
-        );
-    }
-
     /// The report prints a shared note once, under the phase table, and not at all where
     /// the terminal is too narrow for the source column that refers to it.
     #[test]
@@ -526,13 +444,5 @@ mod tests {
         let narrow = text(Some(60));
         assert!(!narrow.contains("[1]"), "{narrow}");
         assert!(!narrow.contains(note), "{narrow}");
-    }
-
-    /// Unbalanced parentheses are text, not a note.
-    #[test]
-    fn unbalanced_parentheses_are_left_alone() {
-        assert!(super::parenthesized("a (b").is_empty());
-        assert!(super::parenthesized("a) (b)").is_empty());
-        assert_eq!(super::parenthesized("a (b (c)) d (e)"), ["(b (c))", "(e)"]);
     }
 }

@@ -336,6 +336,61 @@ pub fn left_out_note(left_out: &[String], width: usize) -> Option<String> {
     Some(wrap_prose(&text, "  ", width))
 }
 
+/// The parenthesized notes that more than one of `cells` carries (such as what the syscall
+/// hooks do for 32-bit processes, which every phase they time repeats), each replaced by a
+/// mark, `[1]` for the first: the cells, and the notes in the order of their marks.
+pub fn footnotes(cells: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let groups: Vec<Vec<&str>> = cells.iter().map(|c| parenthesized(c)).collect();
+    let mut notes: Vec<String> = Vec::new();
+    for g in groups.iter().flatten() {
+        let shared = groups.iter().filter(|other| other.contains(g)).count() > 1;
+        if shared && !notes.iter().any(|n| n == &g[1..g.len() - 1]) {
+            notes.push(g[1..g.len() - 1].to_string());
+        }
+    }
+    let cells = cells
+        .iter()
+        .map(|c| {
+            notes.iter().enumerate().fold(c.clone(), |c, (i, n)| {
+                c.replace(&format!("({n})"), &format!("[{}]", i + 1))
+            })
+        })
+        .collect();
+    (cells, notes)
+}
+
+/// The outermost parenthesized groups of `text`, parentheses included; none where they do
+/// not balance.
+fn parenthesized(text: &str) -> Vec<&str> {
+    let mut groups = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, ch) in text.char_indices() {
+        match ch {
+            '(' => {
+                if depth == 0 {
+                    start = i;
+                }
+                depth += 1;
+            }
+            ')' => {
+                let Some(d) = depth.checked_sub(1) else {
+                    return Vec::new();
+                };
+                depth = d;
+                if depth == 0 {
+                    groups.push(&text[start..=i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Vec::new();
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,5 +447,40 @@ mod tests {
         let text = f.table.to_string();
         assert!(text.lines().all(|l| chars(l) <= 30), "{text}");
         assert!(text.contains("narrow"), "{text}");
+    }
+
+    /// A note that several phases' sources repeat is printed once, under the table; one
+    /// that only one source has stays where it is, even twice.
+    #[test]
+    fn shared_source_notes_become_footnotes() {
+        let cells = vec![
+            "tracepoint sys_enter_clone + tp_btf task_newtask (32-bit: on demand, none seen)"
+                .to_string(),
+            "raw_tp page_fault_user (write faults on present pages (from user mode))".into(),
+            "tracepoint sys_enter_execve (32-bit: on demand, none seen)".into(),
+            "derived: fork + exec".into(),
+            "kprobe a (not set) + kprobe b (not set) (32-bit: on demand, none seen)".into(),
+        ];
+        let (cells, notes) = footnotes(cells);
+        // "(not set)" is repeated, but by one source only: it stays.
+        assert_eq!(notes, ["32-bit: on demand, none seen"]);
+        assert_eq!(
+            cells,
+            [
+                "tracepoint sys_enter_clone + tp_btf task_newtask [1]",
+                "raw_tp page_fault_user (write faults on present pages (from user mode))",
+                "tracepoint sys_enter_execve [1]",
+                "derived: fork + exec",
+                "kprobe a (not set) + kprobe b (not set) [1]",
+            ]
+        );
+    }
+
+    /// Unbalanced parentheses are text, not a note.
+    #[test]
+    fn unbalanced_parentheses_are_left_alone() {
+        assert!(parenthesized("a (b").is_empty());
+        assert!(parenthesized("a) (b)").is_empty());
+        assert_eq!(parenthesized("a (b (c)) d (e)"), ["(b (c))", "(e)"]);
     }
 }

@@ -26,6 +26,16 @@ fn signed(ns: i64) -> String {
     format!("{sign}{}", duration(ns.unsigned_abs()))
 }
 
+/// What a hint's group's spawn cost moved by, in words: " (saved 41.8 ms)", or, where it
+/// grew, " (cost 12.0 ms more)".
+fn saved(ns: i64) -> String {
+    if ns < 0 {
+        format!(" (cost {} more)", duration(ns.unsigned_abs()))
+    } else {
+        format!(" (saved {})", duration(ns.unsigned_abs()))
+    }
+}
+
 fn mean(s: &Option<Stats>, count: bool) -> String {
     match s {
         Some(s) if count => s.mean_ns.to_string(),
@@ -130,10 +140,7 @@ pub fn write_table(diff: &Diff, top: usize, out: &mut dyn Write) -> Result<()> {
     if !diff.hints.is_empty() {
         writeln!(out, "\nHints re-checked")?;
         for h in &diff.hints {
-            let saved = h
-                .saved_ns
-                .map(|s| format!(" (saved {})", signed(s)))
-                .unwrap_or_default();
+            let saved = h.saved_ns.map(saved).unwrap_or_default();
             writeln!(out, "  - {}{saved}: {}", h.status, h.text)?;
         }
     }
@@ -215,4 +222,15 @@ pub fn write_svg(before: &[Report], after: &[Report], out: &mut dyn Write) -> Re
     opts.count_name = "ns".into();
     inferno::flamegraph::from_lines(&mut opts, folded.lines(), out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A hint whose group got dearer says so, not "saved -12.0 ms".
+    #[test]
+    fn a_hint_whose_group_got_dearer_says_what_it_cost() {
+        assert_eq!(super::saved(41_790_000), " (saved 41.8 ms)");
+        assert_eq!(super::saved(-12_000_000), " (cost 12.0 ms more)");
+        assert_eq!(super::saved(0), " (saved 0 ns)");
+    }
 }

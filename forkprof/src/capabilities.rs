@@ -121,12 +121,33 @@ pub fn explain_failure(kind: &str, error: &str) -> (String, Option<String>) {
     }
 }
 
+static LOCKDOWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+const SECURITYFS: &str = "/sys/kernel/security";
+
 /// The kernel's lockdown modes, the active one in brackets: securityfs's `lockdown`, e.g.
-/// "none [integrity] confidentiality". None where there is no lockdown LSM, or where it
-/// cannot be read. Read once per process.
+/// "none [integrity] confidentiality". None where there is no lockdown LSM, or where
+/// securityfs is mounted nowhere (unless `lockdown_mounting_securityfs` ran first). Read once
+/// per process.
 pub fn lockdown() -> Option<String> {
-    static LOCKDOWN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    LOCKDOWN.get_or_init(read_lockdown).clone()
+    LOCKDOWN
+        .get_or_init(|| read_lockdown(std::path::Path::new(SECURITYFS)))
+        .clone()
+}
+
+/// `lockdown`, for `doctor`: where init mounts securityfs nowhere, it is read through a mount
+/// of its own. Call it before anything asks `lockdown`, which then says the same. Not for
+/// `run`, `record` or `monitor`: the service's system call filter refuses `mount`.
+pub fn lockdown_mounting_securityfs() -> Option<String> {
+    LOCKDOWN
+        .get_or_init(|| {
+            // Mounted where init usually mounts it: it says, or there is no lockdown LSM.
+            if std::path::Path::new(SECURITYFS).join("lsm").exists() {
+                return read_lockdown(std::path::Path::new(SECURITYFS));
+            }
+            with_securityfs(read_lockdown)
+        })
+        .clone()
 }
 
 /// The active mode of securityfs's `lockdown` text: the one in brackets.
@@ -136,18 +157,10 @@ fn active_mode(modes: &str) -> Option<&str> {
     Some(&modes[start..start + len])
 }
 
-fn read_lockdown() -> Option<String> {
-    const SECURITYFS: &str = "/sys/kernel/security";
-    let read = |dir: &std::path::Path| {
-        std::fs::read_to_string(dir.join("lockdown"))
-            .ok()
-            .map(|s| s.trim().to_string())
-    };
-    // Mounted where init usually mounts it: it says, or there is no lockdown LSM.
-    if std::path::Path::new(SECURITYFS).join("lsm").exists() {
-        return read(std::path::Path::new(SECURITYFS));
-    }
-    with_securityfs(read)
+fn read_lockdown(securityfs: &std::path::Path) -> Option<String> {
+    std::fs::read_to_string(securityfs.join("lockdown"))
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// `f` on securityfs where it is mounted nowhere (a host whose init does not mount it): a

@@ -24,6 +24,8 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         }
         return Ok(1);
     }
+    // Before loading: a refused fentry's reason names the lockdown mode read here.
+    let lockdown = capabilities::lockdown_mounting_securityfs();
     let loaded = loader::load(&LoadOptions {
         try_all: true,
         ..Default::default()
@@ -53,7 +55,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
             .collect();
         let out = json!({
             "kernel": release,
-            "lockdown": capabilities::lockdown(),
+            "lockdown": lockdown,
             "layout": {
                 "exit_at_syscall": loaded.kernel.layout.exit_at_syscall != 0,
                 "walk_paths": loaded.kernel.layout.walk_paths != 0,
@@ -86,7 +88,7 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
     );
     println!(
         "lockdown      {}",
-        capabilities::lockdown()
+        lockdown
             .unwrap_or_else(|| "unknown (no lockdown LSM, or securityfs could not be read)".into())
     );
     println!("privileges    CAP_BPF + CAP_PERFMON (or CAP_SYS_ADMIN): yes");

@@ -2,7 +2,6 @@
 use std::io::Write;
 
 use anyhow::Result;
-use comfy_table::{Cell, Table, presets::UTF8_FULL_CONDENSED};
 
 use super::width::{self, Column, Wrap};
 use crate::model::bench::{Ratio, RowResult};
@@ -71,14 +70,8 @@ pub fn table(
     );
     match width {
         None => {
-            let mut t = Table::new();
-            t.load_preset(UTF8_FULL_CONDENSED);
-            t.set_header(cols.iter().map(|c| c.header.as_str()));
-            for i in 0..rows.len() {
-                t.add_row(cols.iter().map(|c| Cell::new(&c.cells[i])));
-            }
             writeln!(out, "{title}")?;
-            writeln!(out, "{t}")?;
+            writeln!(out, "{}", width::natural(&cols))?;
             writeln!(out, "\nRatios")?;
             for r in ratios {
                 writeln!(out, "  {}", r.text)?;

@@ -3,7 +3,6 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
-use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 
 use super::duration;
 use super::width::{self, Column, Wrap};
@@ -15,36 +14,12 @@ use crate::model::{
     trace::ExitStatus,
 };
 
-fn new_table(cols: &[Column]) -> Table {
-    let mut t = Table::new();
-    // A pipe or a file: every column at its natural width, no name broken across lines, and
-    // aligned as on a terminal (numbers right, text left).
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(cols.iter().map(|c| Cell::new(&c.header)));
-    for (i, col) in cols.iter().enumerate() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(if col.right {
-                CellAlignment::Right
-            } else {
-                CellAlignment::Left
-            });
-        }
-    }
-    t
-}
-
 /// `cols` as one table: every column at its natural width when `width` is `None` (a pipe or
 /// a file), else fitted to `width`, with a line naming the columns left out. Returns the
 /// headers of those left out.
 fn render(cols: &[Column], width: Option<usize>, out: &mut dyn Write) -> Result<Vec<String>> {
     let Some(w) = width else {
-        let mut t = new_table(cols);
-        let rows = cols.first().map_or(0, |c| c.cells.len());
-        for r in 0..rows {
-            t.add_row(cols.iter().map(|c| Cell::new(&c.cells[r])));
-        }
-        writeln!(out, "{t}")?;
+        writeln!(out, "{}", width::natural(cols))?;
         return Ok(Vec::new());
     };
     let fitted = width::fit(cols, w);

@@ -227,6 +227,29 @@ pub struct Fitted {
     pub left_out: Vec<String>,
 }
 
+/// `cols` as one table for a pipe or a file: every column at its natural width, no name
+/// broken across lines, and aligned as on a terminal (numbers right, text left).
+pub fn natural(cols: &[Column]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(cols.iter().map(|c| Cell::new(&c.header)));
+    for (i, col) in cols.iter().enumerate() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(if col.right {
+                CellAlignment::Right
+            } else {
+                CellAlignment::Left
+            });
+        }
+    }
+    let rows = cols.first().map_or(0, |c| c.cells.len());
+    for r in 0..rows {
+        t.add_row(cols.iter().map(|c| Cell::new(&c.cells[r])));
+    }
+    t
+}
+
 /// `cols` as one table at most `width` wide: columns are left out, highest `drop` first,
 /// until the rest fit at their narrowest; then any left out that fit again come back, the
 /// most useful first, and the room left goes to the columns that wrap.
@@ -474,6 +497,19 @@ mod tests {
                 "kprobe a (not set) + kprobe b (not set) [1]",
             ]
         );
+    }
+
+    /// A piped table aligns as a terminal's does: numbers right, text left.
+    #[test]
+    fn a_piped_table_aligns_numbers_right_and_text_left() {
+        let cols = [
+            Column::new("name", vec!["a".into(), "longer".into()]).left(Wrap::Never),
+            Column::new("µs", vec!["1.0".into(), "100.0".into()]),
+            Column::new("source", vec!["x".into(), "tp y".into()]).left(Wrap::Words),
+        ];
+        let text = natural(&cols).to_string();
+        assert!(text.contains("│ a      ┆   1.0 ┆ x      │"), "{text}");
+        assert!(text.contains("│ longer ┆ 100.0 ┆ tp y   │"), "{text}");
     }
 
     /// Unbalanced parentheses are text, not a note.

@@ -164,7 +164,7 @@ fn read_lockdown(securityfs: &std::path::Path) -> Option<String> {
 }
 
 /// `f` on securityfs where it is mounted nowhere (a host whose init does not mount it): a
-/// read-only mount of its own in a new root-owned directory of the temporary directory,
+/// read-only mount of its own in a new directory (mode 0700) of the temporary directory,
 /// detached and removed at once. None without the privilege to mount.
 fn with_securityfs<T>(f: impl FnOnce(&std::path::Path) -> Option<T>) -> Option<T> {
     use std::os::unix::ffi::OsStrExt;

@@ -7,7 +7,7 @@ use crate::btf;
 use crate::capabilities;
 use crate::cli::DoctorArgs;
 use crate::loader::{self, LoadOptions};
-use crate::output::width::footnotes;
+use crate::output::width::{self, footnotes};
 
 pub fn run(args: &DoctorArgs) -> Result<i32> {
     let release = loader::kernel_release();
@@ -102,16 +102,12 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
         .collect();
     // A reason that several hooks give (every fentry under a lockdown) is printed once,
     // under the list, and each of those hooks refers to it: `[1]`.
-    let mut reasons: Vec<&str> = Vec::new();
-    for e in loaded.hooks.iter().filter_map(|h| h.error.as_deref()) {
-        let given = loaded
-            .hooks
-            .iter()
-            .filter(|h| h.error.as_deref() == Some(e));
-        if given.count() > 1 && !reasons.contains(&e) {
-            reasons.push(e);
-        }
-    }
+    let errors: Vec<Vec<&str>> = loaded
+        .hooks
+        .iter()
+        .map(|h| h.error.as_deref().into_iter().collect())
+        .collect();
+    let reasons = width::shared(&errors);
     let rows: Vec<[String; 3]> = loaded
         .hooks
         .iter()

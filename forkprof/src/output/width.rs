@@ -364,13 +364,10 @@ pub fn left_out_note(left_out: &[String], width: usize) -> Option<String> {
 /// mark, `[1]` for the first: the cells, and the notes in the order of their marks.
 pub fn footnotes(cells: Vec<String>) -> (Vec<String>, Vec<String>) {
     let groups: Vec<Vec<&str>> = cells.iter().map(|c| parenthesized(c)).collect();
-    let mut notes: Vec<String> = Vec::new();
-    for g in groups.iter().flatten() {
-        let shared = groups.iter().filter(|other| other.contains(g)).count() > 1;
-        if shared && !notes.iter().any(|n| n == &g[1..g.len() - 1]) {
-            notes.push(g[1..g.len() - 1].to_string());
-        }
-    }
+    let notes: Vec<String> = shared(&groups)
+        .iter()
+        .map(|g| g[1..g.len() - 1].to_string())
+        .collect();
     let cells = cells
         .iter()
         .map(|c| {
@@ -380,6 +377,19 @@ pub fn footnotes(cells: Vec<String>) -> (Vec<String>, Vec<String>) {
         })
         .collect();
     (cells, notes)
+}
+
+/// The items that more than one of `lists` holds, each once, in the order they first come:
+/// what a footnote can say once for all of them.
+pub fn shared<'a>(lists: &[Vec<&'a str>]) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for item in lists.iter().flatten() {
+        let holders = lists.iter().filter(|l| l.contains(item)).count();
+        if holders > 1 && !out.contains(item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 /// The outermost parenthesized groups of `text`, parentheses included; none where they do
@@ -510,6 +520,21 @@ mod tests {
         let text = natural(&cols).to_string();
         assert!(text.contains("│ a      ┆   1.0 ┆ x      │"), "{text}");
         assert!(text.contains("│ longer ┆ 100.0 ┆ tp y   │"), "{text}");
+    }
+
+    /// What two or more lists hold comes once, in order of first appearance; what one list
+    /// holds, even twice, does not come at all (doctor's hooks: one reason or none each).
+    #[test]
+    fn shared_items_are_those_of_more_than_one_list() {
+        let lists = vec![
+            vec!["eperm"],
+            vec![],
+            vec!["enoent"],
+            vec!["eperm"],
+            vec!["alone", "alone"],
+            vec!["enoent"],
+        ];
+        assert_eq!(shared(&lists), ["eperm", "enoent"]);
     }
 
     /// Unbalanced parentheses are text, not a note.

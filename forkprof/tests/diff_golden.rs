@@ -77,7 +77,7 @@ fn sql(groups: &[Group], seed: u64) -> String {
             ),
         };
         s += &format!(
-            "INSERT INTO exits SELECT i, i*1000000, i*1000000+900000, 0, 1, {}, 2, i*1000000+850000, '{}', 0, 0 FROM ({ids});\n",
+            "INSERT INTO exits SELECT i, i*1000000, i*1000000+900000, 0, 1, {}, 2, i*1000000+850000, '{}', 0, 0, 0 FROM ({ids});\n",
             us(50, 7),
             g.binary.rsplit('/').next().unwrap_or(g.binary)
         );
@@ -99,13 +99,13 @@ fn group(binary: &'static str, n: u64, exec_us: u64, ld_us: Option<[u64; 3]>) ->
 fn write_fixtures() {
     let before = [
         group("/opt/synth/cc", 120, 150, Some([100, 300, 150])),
-        group("/opt/synth/ld", 80, 120, Some([90, 60, 40])),
-        group("/bin/sh", 40, 200, Some([90, 80, 50])),
+        group("/opt/synth/ld", 80, 120, Some([90, 30, 20])),
+        group("/bin/sh", 40, 200, Some([90, 40, 30])),
         group("/opt/synth/tiny", 3, 100, Some([90, 60, 40])),
     ];
     let after = [
-        group("/opt/synth/cc", 120, 150, Some([50, 100, 50])),
-        group("/opt/synth/ld", 80, 120, Some([90, 60, 40])),
+        group("/opt/synth/cc", 120, 150, Some([50, 30, 20])),
+        group("/opt/synth/ld", 80, 120, Some([90, 30, 20])),
         group("/opt/synth/cc-static", 50, 140, None),
         group("/opt/synth/tiny", 3, 100, Some([90, 60, 40])),
     ];

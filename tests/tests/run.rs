@@ -562,6 +562,56 @@ fn execvp_path_search_is_one_finding_with_every_failed_attempt() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The PATH search hint, from a real search whose PATH the test sets: `env` looks for `true`
+/// in three empty directories before /usr/bin, five times, so the hint says what was looked
+/// for, how many paths a search tried, where, and where it ended.
+#[test]
+fn the_path_search_hint_names_what_was_searched_and_where() {
+    needs_root!();
+    let dir = tempdir();
+    let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let true_dir = std::fs::canonicalize("/usr/bin/true")
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.display().to_string()))
+        .expect("/usr/bin/true");
+    let mut path: Vec<_> = dirs.clone();
+    path.push(true_dir.clone().into());
+    let path = std::env::join_paths(&path).unwrap();
+    // dash finds `env` with stat(), not exec; `env` finds `true` with execvp.
+    let run = run_traced(
+        &[
+            "/bin/sh",
+            "-c",
+            "env true; env true; env true; env true; env true",
+        ],
+        |c| {
+            c.env("PATH", &path);
+        },
+    );
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    assert_eq!(run.summary("failed_execs"), 15);
+    let hints = run.report["hints"].as_array().expect("hints");
+    let hint = hints
+        .iter()
+        .find(|h| h["rule"] == "path_search")
+        .unwrap_or_else(|| panic!("no PATH search hint: {hints:?}"));
+    let text = hint["text"].as_str().unwrap();
+    let want = "execvp PATH search: 1.5 failed execs per success in `sh` (15 failed, ";
+    assert!(text.starts_with(want), "{text}");
+    let want = format!(
+        "), all for `true`: 3.0 a search, in {}, {}, {} ahead of {true_dir}; put {true_dir} \
+         first in PATH or exec absolute paths",
+        dirs[0].display(),
+        dirs[1].display(),
+        dirs[2].display()
+    );
+    assert!(text.ends_with(&want), "{text}\nwant the end: {want}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// forkprof resolves CMD itself before tracing starts: its own PATH search is not charged
 /// to the command (it used to show as failed execs and rows with 0 processes).
 #[test]

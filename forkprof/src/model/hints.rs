@@ -1,4 +1,6 @@
 //! Findings: rules over a report, each with a threshold, its numbers and what to do.
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::Method;
@@ -18,14 +20,27 @@ pub struct Hint {
 pub const PAGETABLE_MIN_FORKS: u64 = 10;
 /// ... for at least this long on average.
 pub const PAGETABLE_MIN_MEAN_NS: u64 = 1_000_000;
-/// A binary's dynamic linking is worth a hint when it is this share of its spawn cost ...
-pub const LD_MIN_SHARE: f64 = 0.5;
+/// A binary's dynamic linking is worth a hint when what static linking would save of it is
+/// this share of its spawn cost ...
+///
+/// What it would save is ld.so's mapping and relocation, `ld_map` + `ld_reloc_init`, not
+/// `ld_start`: that phase, exec done -> ld.so's first syscall of interest, is mostly the C
+/// library's start-up (its CPU-feature probes and tunables), which a static binary runs too,
+/// as its `static_start` (docs/kernel-findings.md, "`cpuid` traps"). Measured with `forkprof
+/// run` on a shell loop of a dynamic and a static `int main(){return 0;}` (2-vCPU Intel
+/// VM, BENCHMARKS.md's "Intel, 2 vCPUs"): spawn cost 898 against 787 µs, so static linking
+/// saved 111 µs, where `ld_map` + `ld_reloc_init` were 121 and `ld_*` 794. With
+/// `--precise-ld`, `ld_reloc_init` also holds the libraries' constructors, which a static
+/// binary runs as well: the share is then an upper bound.
+pub const LD_MIN_SHARE: f64 = 0.2;
 /// ... over at least this many processes.
 pub const LD_MIN_PROCESSES: u64 = 10;
 /// An execvp PATH search is worth a hint at this many failed execs per success ...
 pub const PATH_SEARCH_MIN_RATIO: f64 = 1.0;
 /// ... and at least this many failed execs.
 pub const PATH_SEARCH_MIN_FAILED: u64 = 10;
+/// The directories a PATH search hint names before "…".
+const PATH_SEARCH_DIRS_SHOWN: usize = 3;
 
 fn phase_total(row: &GroupRow, phase: Phase) -> u64 {
     row.phases.get(phase).map_or(0, |s| s.total)
@@ -40,6 +55,79 @@ fn phase_mean(row: &GroupRow, phase: Phase) -> Option<u64> {
 
 fn base(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
+}
+
+/// What a parent's failed execs looked for, from `failed_exec_paths`: the name most of them
+/// tried, how many paths a search for it tried, where, and the directory that held it (the
+/// binary rows' only one of that name): ", all for `as`: 8.0 a search, in /root/bin,
+/// /opt/bin and 5 more directories ahead of /usr/bin". With the advice that follows it.
+fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
+    let generic = "put the usual directory first in PATH or exec absolute paths".to_string();
+    let mut names: BTreeMap<&str, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+    for (path, &n) in &row.failed_exec_paths {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let entry = names.entry(name).or_default();
+        entry.0 += n;
+        *entry
+            .1
+            .entry(if dir.is_empty() { "/" } else { dir })
+            .or_default() += n;
+    }
+    // The name tried most often; of two alike, the first by name, so that a report reads the
+    // same each time.
+    let Some((name, (tries, dirs))) = names
+        .into_iter()
+        .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
+    else {
+        return (String::new(), generic);
+    };
+    let which = if tries == row.failed_execs {
+        "all"
+    } else if 2 * tries > row.failed_execs {
+        "most"
+    } else {
+        "many"
+    };
+    let searches = row
+        .failed_exec_searches
+        .get(name)
+        .copied()
+        .unwrap_or(1)
+        .max(1);
+    let mut dirs: Vec<(&str, u64)> = dirs.into_iter().collect();
+    dirs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let shown: Vec<&str> = dirs
+        .iter()
+        .take(PATH_SEARCH_DIRS_SHOWN)
+        .map(|d| d.0)
+        .collect();
+    let listed = match dirs.len() - shown.len() {
+        0 => shown.join(", "),
+        1 => format!("{} and 1 more directory", shown.join(", ")),
+        n => format!("{} and {n} more directories", shown.join(", ")),
+    };
+    // Where the search ended: the directory of the only binary of that name exec'd.
+    let found: Vec<&str> = report
+        .group(GroupBy::Binary)
+        .iter()
+        .filter_map(|b| b.binary.rsplit_once('/'))
+        .filter(|(_, n)| *n == name)
+        .map(|(dir, _)| if dir.is_empty() { "/" } else { dir })
+        .collect();
+    let (ahead, advice) = match found.as_slice() {
+        [dir] => (
+            format!(" ahead of {dir}"),
+            format!("put {dir} first in PATH or exec absolute paths"),
+        ),
+        _ => (String::new(), generic),
+    };
+    (
+        format!(
+            ", {which} for `{name}`: {:.1} a search, in {listed}{ahead}",
+            tries as f64 / searches as f64
+        ),
+        advice,
+    )
 }
 
 pub fn find(report: &Report) -> Vec<Hint> {
@@ -63,39 +151,47 @@ pub fn find(report: &Report) -> Vec<Hint> {
         if row.failed_execs >= PATH_SEARCH_MIN_FAILED
             && row.failed_execs as f64 >= PATH_SEARCH_MIN_RATIO * row.execs.max(1) as f64
         {
+            let (searched, advice) = searched_for(report, row);
             hints.push(Hint {
                 rule: "path_search",
                 text: format!(
-                    "execvp PATH search: {:.1} failed execs per success in `{}` ({} failed, {}); put the usual directory first in PATH or exec absolute paths",
+                    "execvp PATH search: {:.1} failed execs per success in `{}` ({} failed, {}){searched}; {advice}",
                     row.failed_execs as f64 / row.execs.max(1) as f64,
                     base(&row.binary),
                     row.failed_execs,
-                    duration(phase_total(row, Phase::ExecFailed))
+                    duration(phase_total(row, Phase::ExecFailed)),
                 ),
             });
         }
     }
     for row in report.group(GroupBy::Binary) {
-        let ld: u64 = [Phase::LdStart, Phase::LdMap, Phase::LdRelocInit]
-            .iter()
-            .fold(0u64, |acc, &p| acc.saturating_add(phase_total(row, p)));
+        let linking =
+            phase_total(row, Phase::LdMap).saturating_add(phase_total(row, Phase::LdRelocInit));
         let cost = phase_total(row, Phase::SpawnCost);
-        if row.processes >= LD_MIN_PROCESSES && cost > 0 && ld as f64 >= LD_MIN_SHARE * cost as f64
+        if row.processes >= LD_MIN_PROCESSES
+            && cost > 0
+            && linking as f64 >= LD_MIN_SHARE * cost as f64
         {
-            let objects = row
-                .ld_objects_mean
-                .map(|n| match format!("{n:.0}").as_str() {
-                    "1" => " to 1 object".to_string(),
-                    n => format!(" to {n} objects"),
+            let (objects, them) = match row.ld_objects_mean.map(|n| format!("{n:.0}")) {
+                Some(n) if n == "1" => (" to 1 object".to_string(), "it"),
+                Some(n) => (format!(" to {n} objects"), "them"),
+                None => (String::new(), "its libraries"),
+            };
+            let start = phase_mean(row, Phase::LdStart)
+                .map(|mean| {
+                    format!(
+                        ", but not ld_start ({} per spawn), which a static binary pays as static_start",
+                        duration(mean)
+                    )
                 })
                 .unwrap_or_default();
             hints.push(Hint {
                 rule: "dynamic_linking",
                 text: format!(
-                    "`{}` is dynamically linked{objects}: ld_* is {:.0}% of its spawn cost ({} per spawn); static linking or fewer libraries would save most of it",
+                    "`{}` is dynamically linked{objects}: loading and relocating {them} (ld_map + ld_reloc_init) is {:.0}% of its spawn cost ({} per spawn); static linking would save that and fewer libraries part of it{start}",
                     base(&row.binary),
-                    100.0 * ld as f64 / cost as f64,
-                    duration(ld / row.processes.max(1))
+                    100.0 * linking as f64 / cost as f64,
+                    duration(linking / row.processes.max(1))
                 ),
             });
         }

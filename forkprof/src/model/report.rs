@@ -96,6 +96,11 @@ pub struct GroupRow {
     /// Every path those attempts named, with how often (absent when none failed).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub failed_exec_paths: BTreeMap<String, u64>,
+    /// The searches among those attempts, by the name they looked for (the paths' last
+    /// component): a run of failed attempts at one name, in one process, is one search. For
+    /// the hints; not in the JSON.
+    #[serde(skip)]
+    pub failed_exec_searches: BTreeMap<String, u64>,
     /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
     pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
@@ -301,6 +306,7 @@ struct Group {
     execs: u64,
     failed_execs: u64,
     failed_exec_paths: HashMap<Shared, u64>,
+    failed_exec_searches: HashMap<Vec<u8>, u64>,
     ld_objects: (u64, u64),
     methods: BTreeMap<&'static str, u64>,
     values: Phased,
@@ -355,12 +361,20 @@ impl Group {
     /// Counts the process's failed exec attempts, and its successful execs when
     /// `successful`.
     fn add_execs(&mut self, p: &Process, successful: bool) {
+        // The name the run of failed attempts so far looked for.
+        let mut searching: Option<&[u8]> = None;
         for e in &p.execs {
             if e.errno == 0 {
                 self.execs += u64::from(successful);
+                searching = None;
             } else {
                 self.failed_execs += 1;
                 *self.failed_exec_paths.entry(e.path.clone()).or_default() += 1;
+                let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
+                if searching != Some(name) {
+                    *self.failed_exec_searches.entry(name.to_vec()).or_default() += 1;
+                    searching = Some(name);
+                }
             }
         }
     }
@@ -375,6 +389,11 @@ impl Group {
                 .failed_exec_paths
                 .iter()
                 .map(|(path, n)| (escape(path), *n))
+                .collect(),
+            failed_exec_searches: self
+                .failed_exec_searches
+                .iter()
+                .map(|(name, n)| (escape(name), *n))
                 .collect(),
             ld_objects_mean: (self.ld_objects.1 > 0)
                 .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),

@@ -218,7 +218,8 @@ fn hint_pagetable_copy_needs_many_slow_forks() {
 
 #[test]
 fn hint_dynamic_linking_when_ld_dominates() {
-    // ld_* (150+200+50 us) against fork (10 us) + exec (100 us) + teardown (20 us): > 50%.
+    // ld_map + ld_reloc_init (200+50 us) of fork (10 us) + exec (100 us) + ld_* (150+200+50
+    // us) + teardown (20 us): 47%, over the 20% line.
     let t = family(b"/bin/make", b"/bin/cc", 10, 0, 0);
     let report = Report::build(&t, &Context::for_run(&|_| false));
     let hint = report
@@ -227,12 +228,65 @@ fn hint_dynamic_linking_when_ld_dominates() {
         .find(|h| h.rule == "dynamic_linking")
         .expect("dynamic_linking hint");
     assert!(
-        hint.text.contains("`cc`") && hint.text.contains("to 1 object:"),
+        hint.text.contains("`cc`")
+            && hint.text.contains("to 1 object:")
+            && hint
+                .text
+                .contains("(ld_map + ld_reloc_init) is 47% of its spawn cost (250.0 µs per spawn)")
+            && hint.text.contains("but not ld_start (150.0 µs per spawn)"),
         "{}",
         hint.text
     );
     let few = family(b"/bin/make", b"/bin/cc", 9, 0, 0);
     assert!(!hints_of(&few).contains(&"dynamic_linking"));
+}
+
+/// What static linking saves is ld.so's mapping and relocation, not `ld_start`, which a
+/// static binary pays as `static_start`: a binary whose `ld_*` is mostly `ld_start` (as
+/// `int main(){}` is on a VM where `cpuid` traps) gets no hint, though `ld_*` is most of its
+/// spawn cost.
+#[test]
+fn no_dynamic_linking_hint_where_ld_start_is_most_of_ld() {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    t.ingest(exec(root, 100_000, b"/bin/sh", 0, 0));
+    for i in 0..20 {
+        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        t.ingest(exec(c, c.start_ns + 200_000, b"/bin/true", 0, 1));
+        // The t_dyn of the constant's doc: ld_start 673 us, ld_map 49, ld_reloc_init 72.
+        t.ingest(Record::Ld(forkprof_common::LdRecord {
+            ld_start_ns: 673_000,
+            ld_map_ns: 49_000,
+            ld_reloc_init_ns: 72_000,
+            ..match ld(c, ld_outcome::COMPLETE) {
+                Record::Ld(l) => l,
+                _ => unreachable!(),
+            }
+        }));
+        t.ingest(exit(c, 0));
+    }
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let binary = report
+        .group(GroupBy::Binary)
+        .iter()
+        .find(|r| r.binary == "/bin/true")
+        .expect("the binary's row");
+    let ld: u64 = [Phase::LdStart, Phase::LdMap, Phase::LdRelocInit]
+        .iter()
+        .map(|&p| binary.phases.get(p).map_or(0, |s| s.total))
+        .sum();
+    let cost = binary.phases.get(Phase::SpawnCost).unwrap().total;
+    assert!(
+        ld * 10 > cost * 8,
+        "ld_* is most of the cost: {ld} of {cost}"
+    );
+    assert!(
+        !hints_of(&t).contains(&"dynamic_linking"),
+        "{:?}",
+        report.hints
+    );
 }
 
 #[test]
@@ -244,13 +298,66 @@ fn hint_path_search_counts_failed_execs_per_success() {
         .iter()
         .find(|h| h.rule == "path_search")
         .expect("hint");
+    // Both tries of each child were /nope/x, and no `x` was exec'd: no directory to name.
     assert!(
-        hint.text.contains("2.0 failed execs per success in `sh`"),
+        hint.text.contains("2.0 failed execs per success in `sh`")
+            && hint.text.contains("all for `x`: 2.0 a search, in /nope;")
+            && hint
+                .text
+                .ends_with("put the usual directory first in PATH or exec absolute paths"),
         "{}",
         hint.text
     );
     let once = family(b"/bin/sh", b"/bin/cc", 10, 0, 0);
     assert!(!hints_of(&once).contains(&"path_search"));
+}
+
+/// The PATH search hint names what was searched for, the directories tried (the one named
+/// twice in PATH first), and the directory where each search ended.
+#[test]
+fn hint_path_search_names_the_directories_ahead() {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    t.ingest(exec(root, 100_000, b"/usr/bin/gcc", 0, 0));
+    let tried: [&[u8]; 6] = [
+        b"/root/bin/as",
+        b"/opt/a/as",
+        b"/opt/b/as",
+        b"/opt/c/as",
+        b"/root/bin/as",
+        b"/usr/local/bin/as",
+    ];
+    for i in 0..5u32 {
+        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        for (f, path) in tried.iter().enumerate() {
+            t.ingest(exec(
+                c,
+                c.start_ns + 100_000 + f as u64,
+                path,
+                libc::ENOENT,
+                0,
+            ));
+        }
+        t.ingest(exec(c, c.start_ns + 200_000, b"/usr/bin/as", 0, 1));
+        t.ingest(exit(c, 0));
+    }
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let hint = report
+        .hints
+        .iter()
+        .find(|h| h.rule == "path_search")
+        .expect("hint");
+    assert_eq!(
+        hint.text.split_once(" µs)").map(|(_, rest)| rest),
+        Some(
+            ", all for `as`: 6.0 a search, in /root/bin, /opt/a, /opt/b and 2 more directories \
+             ahead of /usr/bin; put /usr/bin first in PATH or exec absolute paths"
+        ),
+        "{}",
+        hint.text
+    );
 }
 
 #[test]

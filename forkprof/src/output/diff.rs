@@ -27,12 +27,15 @@ fn signed(ns: i64) -> String {
 }
 
 /// What a hint's group's spawn cost moved by, in words: " (saved 41.8 ms)", or, where it
-/// grew, " (cost 12.0 ms more)".
-fn saved(ns: i64) -> String {
-    if ns < 0 {
-        format!(" (cost {} more)", duration(ns.unsigned_abs()))
-    } else {
-        format!(" (saved {})", duration(ns.unsigned_abs()))
+/// grew, " (cost 12.0 ms more)". A hint new in AFTER saved nothing, whatever its group's
+/// cost did: " (spawn cost 116.9 ms less)".
+fn saved(ns: i64, status: &str) -> String {
+    let amount = duration(ns.unsigned_abs());
+    match (status, ns < 0) {
+        ("new", true) => format!(" (spawn cost {amount} more)"),
+        ("new", false) => format!(" (spawn cost {amount} less)"),
+        (_, true) => format!(" (cost {amount} more)"),
+        (_, false) => format!(" (saved {amount})"),
     }
 }
 
@@ -140,20 +143,26 @@ pub fn write_table(diff: &Diff, top: usize, out: &mut dyn Write) -> Result<()> {
     if !diff.hints.is_empty() {
         writeln!(out, "\nHints re-checked")?;
         for h in &diff.hints {
-            let saved = h.saved_ns.map(saved).unwrap_or_default();
+            let saved = h.saved_ns.map(|ns| saved(ns, h.status)).unwrap_or_default();
             writeln!(out, "  - {}{saved}: {}", h.status, h.text)?;
         }
     }
-    let changed = diff
-        .rows
-        .iter()
-        .filter(|r| r.status == Status::Changed)
-        .count();
-    writeln!(
-        out,
-        "\n{changed} of {} groups changed significantly",
+    let count = |status: Status| diff.rows.iter().filter(|r| r.status == status).count();
+    // Groups only on one side are the change too (a binary replaced by another).
+    let mut line = format!(
+        "{} of {} groups changed significantly",
+        count(Status::Changed),
         diff.rows.len()
-    )?;
+    );
+    for (status, n) in [
+        (Status::New, count(Status::New)),
+        (Status::Gone, count(Status::Gone)),
+    ] {
+        if n > 0 {
+            line += &format!(", {n} {}", status.text());
+        }
+    }
+    writeln!(out, "\n{line}")?;
     Ok(())
 }
 
@@ -229,8 +238,17 @@ mod tests {
     /// A hint whose group got dearer says so, not "saved -12.0 ms".
     #[test]
     fn a_hint_whose_group_got_dearer_says_what_it_cost() {
-        assert_eq!(super::saved(41_790_000), " (saved 41.8 ms)");
-        assert_eq!(super::saved(-12_000_000), " (cost 12.0 ms more)");
-        assert_eq!(super::saved(0), " (saved 0 ns)");
+        assert_eq!(super::saved(41_790_000, "resolved"), " (saved 41.8 ms)");
+        assert_eq!(
+            super::saved(-12_000_000, "still triggered"),
+            " (cost 12.0 ms more)"
+        );
+        assert_eq!(super::saved(0, "resolved"), " (saved 0 ns)");
+        // A hint that appeared saved nothing.
+        assert_eq!(
+            super::saved(116_900_000, "new"),
+            " (spawn cost 116.9 ms less)"
+        );
+        assert_eq!(super::saved(-5_000, "new"), " (spawn cost 5.0 µs more)");
     }
 }

@@ -4,7 +4,8 @@
 # For `record` and `monitor`, with the real programs and with empty ones (the floor), it
 # prints the time inside forkprof's eBPF programs per spawn, from kernel.bpf_stats_enabled.
 # Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
-#   [IDLE=10000] [ROUNDS=2] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
+#   [IDLE=10000] [ROUNDS=2] [SPAWNERS=2] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
+# SPAWNERS=1 runs one loop: the same trace-all mode without a second spawner.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/start-agent.sh"
@@ -12,6 +13,7 @@ fp=${FORKPROF:-$root/target/release/forkprof}
 loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
 n=${1:-2000}
+spawners=${SPAWNERS:-2}
 work=$(mktemp -d)
 trap 'kill $(cat "$work"/idle.pids) 2>/dev/null || true; rm -rf "$work"' EXIT
 touch "$work/idle.pids"
@@ -47,14 +49,14 @@ measure() { # MODE LABEL [ENV...]
   local agent
   start_agent "$ready" "$work/agent.err" env "$@" "$fp" "${args[@]}"
   sysctl -qw kernel.bpf_stats_enabled=1
-  "$loop" "$n" "$true_dyn" >/dev/null & local a=$!
-  "$loop" "$n" "$true_dyn" >/dev/null & local b=$!
-  wait $a $b
+  local pids=() _
+  for _ in $(seq "$spawners"); do "$loop" "$n" "$true_dyn" >/dev/null & pids+=($!); done
+  wait "${pids[@]}"
   bpftool prog show -j > "$work/progs.json"
   cp "$work/progs.json" "$work/$mode-$label-$((++measured)).json"
   sysctl -qw kernel.bpf_stats_enabled=0
   kill -INT $agent; wait $agent || true
-  python3 - "$work/progs.json" "$((2 * n))" "$mode ($label)" <<'PY'
+  python3 - "$work/progs.json" "$((spawners * n))" "$mode ($label)" <<'PY'
 import json, sys
 progs, spawns, label = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 ns = sum(p.get("run_time_ns", 0) for p in progs if p.get("name", "").startswith("forkprof"))
@@ -74,7 +76,7 @@ for mode in record monitor; do
 done
 # Each program's median over the rounds, real and empty, per spawn: where the work above
 # the floor goes in trace-all mode.
-python3 - "$work" "$((2 * n))" <<'PY'
+python3 - "$work" "$((spawners * n))" <<'PY'
 import glob, json, os, statistics, sys
 work, spawns = sys.argv[1], int(sys.argv[2])
 for mode in ("record", "monitor"):

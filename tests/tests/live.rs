@@ -102,12 +102,19 @@ fn top_in_a_real_terminal() {
         .last()
         .and_then(|v| v.parse().ok());
     assert!(rate.is_some_and(|r| r > 0.0), "{narrow}");
+    // A binary that stopped spawning stays a row, idle at 0.0/s, for a minute (it used to
+    // vanish at the next interval, leaving an empty table after a burst).
+    load.kill().unwrap();
+    load.wait().unwrap();
+    wait_for("the probe's row, idle", Duration::from_secs(10), || {
+        let s = t.screen();
+        let row = s.lines().find(|l| l.contains("probe"))?.to_string();
+        (row.split_whitespace().last()? == "0.0").then_some(row)
+    });
     t.keys(&["q"]);
     wait_for("the shell back", Duration::from_secs(10), || {
         (!t.alternate_screen()).then_some(String::new())
     });
-    load.kill().unwrap();
-    load.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1,6 +1,6 @@
 //! The view model of `forkprof top`: rates from counter samples, and rows per binary, per
-//! cgroup and per unit from the processes that finished in the last interval. Pure: the TUI
-//! and the plain output render it.
+//! cgroup and per unit from the processes that finished in the last interval (and, idle,
+//! those of the last `HISTORY` intervals). Pure: the TUI and the plain output render it.
 use std::collections::{HashMap, VecDeque};
 
 use serde::Serialize;
@@ -15,7 +15,8 @@ use super::trace::Shared;
 const HISTORY: usize = 60;
 
 /// Groups whose total since start `top` keeps, per grouping, before it forgets those idle
-/// for `HISTORY` intervals.
+/// for `HISTORY` intervals; and idle rows it keeps showing, before it shows only the
+/// interval's.
 const TOTALS_CAP: usize = 10_000;
 
 /// What a row of `top` is (`g` cycles through them; `--by` picks the first).
@@ -70,7 +71,9 @@ pub struct Row {
     /// The binary, cgroup or unit; a cgroup (or a unit whose cgroups all are) removed since
     /// is its last known path with ` (gone)`.
     pub name: String,
-    /// Processes of this group finished in the last interval.
+    /// Processes of this group finished in the last interval. 0: an idle row, shown for
+    /// `HISTORY` intervals after its last active one, whose mean cost, phases and top are
+    /// that interval's.
     pub processes: u64,
     /// ... and since `top` started.
     pub total: u64,
@@ -122,6 +125,9 @@ pub struct Top {
     current: [HashMap<Shared, Acc>; 3],
     /// Per grouping: processes finished since start, and the tick each group was last seen.
     totals: [HashMap<Shared, (u64, u64)>; 3],
+    /// Per grouping: each group's row of the last interval it was active in, and that tick,
+    /// for the idle rows (`Row::processes`).
+    last: [HashMap<Shared, (Row, u64)>; 3],
     ticks: u64,
     /// Cgroup path -> unit.
     units: HashMap<Shared, Shared>,
@@ -201,6 +207,7 @@ impl Top {
         let mut rows: [Vec<Row>; 3] = Default::default();
         for by in GroupMode::ALL {
             let totals = &mut self.totals[by.index()];
+            let last = &mut self.last[by.index()];
             let out = &mut rows[by.index()];
             for (key, acc) in self.current[by.index()].drain() {
                 let total = totals.entry(key.clone()).or_default();
@@ -213,7 +220,7 @@ impl Top {
                 if is_gone {
                     name.push_str(" (gone)");
                 }
-                out.push(Row {
+                let row = Row {
                     name,
                     processes: acc.count,
                     total: total.0,
@@ -226,11 +233,29 @@ impl Top {
                         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
                         .map(|(p, _)| escape(&p))
                         .unwrap_or_default(),
-                });
+                };
+                last.insert(key, (row.clone(), ticks));
+                out.push(row);
             }
             if totals.len() > TOTALS_CAP {
                 totals.retain(|_, (_, seen)| *seen + HISTORY as u64 > ticks);
             }
+            // The groups idle this interval but active in one of the last `HISTORY`: shown
+            // with no spawns, so that a burst's rows stay on the screen for a minute, as the
+            // header's 1-minute average does.
+            last.retain(|_, (_, seen)| *seen + HISTORY as u64 > ticks);
+            if last.len() > TOTALS_CAP {
+                last.retain(|_, (_, seen)| *seen == ticks);
+            }
+            out.extend(
+                last.values()
+                    .filter(|(_, seen)| *seen != ticks)
+                    .map(|(row, _)| Row {
+                        processes: 0,
+                        spawns_per_s: 0.0,
+                        ..row.clone()
+                    }),
+            );
             sort_rows(out, SortColumn::Spawns);
         }
         TopView {
@@ -346,13 +371,49 @@ mod tests {
         assert_eq!((r.processes, r.total), (3, 3));
         assert_eq!(r.cost_parts_ns[0], 500);
         assert_eq!(r.top, "/bin/make");
-        // The next interval starts empty; the total since start stays.
+        // The next interval has no spawns: the row stays, idle, with its last interval's
+        // cost and top; the total since start stays.
         let v = top.tick(&c, 2, 0, 1.0, NONE_GONE);
-        assert!(GroupMode::ALL.iter().all(|&by| v.rows(by).is_empty()));
+        for by in GroupMode::ALL {
+            let idle = &v.rows(by)[0];
+            assert_eq!((idle.processes, idle.spawns_per_s), (0, 0.0), "{by:?}");
+            assert_eq!((idle.total, idle.mean_spawn_cost_ns), (3, 2000), "{by:?}");
+        }
         top.add(&[finished("/bin/cc", "/bin/make", 1000)]);
         let v = top.tick(&c, 2, 0, 1.0, NONE_GONE);
         let r = &v.rows(GroupMode::Binary)[0];
         assert_eq!((r.processes, r.total), (1, 4));
+    }
+
+    /// A group idle since its last spawn stays a row for `HISTORY` intervals, below the active
+    /// ones when sorted by spawns, and then goes.
+    #[test]
+    fn an_idle_group_stays_a_row_for_a_minute() {
+        let mut top = Top::default();
+        let c = Counters::default();
+        top.add(&[finished("/bin/burst", "/bin/sh", 5000)]);
+        top.tick(&c, 0, 0, 1.0, NONE_GONE);
+        for i in 1..HISTORY {
+            top.add(&[finished("/bin/steady", "/bin/sh", 100)]);
+            let v = top.tick(&c, 0, 0, 1.0, NONE_GONE);
+            let names: Vec<(&str, u64)> = v
+                .rows(GroupMode::Binary)
+                .iter()
+                .map(|r| (r.name.as_str(), r.processes))
+                .collect();
+            assert_eq!(
+                names,
+                [("/bin/steady", 1), ("/bin/burst", 0)],
+                "interval {i}"
+            );
+        }
+        let v = top.tick(&c, 0, 0, 1.0, NONE_GONE);
+        let names: Vec<&str> = v
+            .rows(GroupMode::Binary)
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(names, ["/bin/steady"], "a minute later");
     }
 
     /// The same processes give rows per binary, per cgroup and per unit; a cgroup removed

@@ -227,14 +227,20 @@ pub fn draw(frame: &mut Frame<'_>, view: &TopView, state: &ViewState) {
             .collect()
     };
     let table_rows = owned.iter().map(|r| {
-        Row::new(pick([
+        let row = Row::new(pick([
             Cell::from(fit_left(&r.name, name_w)),
             Cell::from(format!("{:>9.1}", r.spawns_per_s)),
             Cell::from(format!("{:>7}", r.total)),
             Cell::from(format!("{:>10}", duration(r.mean_spawn_cost_ns))),
             Cell::from(Line::from(phase_bar(&r.cost_parts_ns))),
             Cell::from(fit_left(&r.top, top_w)),
-        ]))
+        ]));
+        // A group idle this interval, shown for a minute after its last spawn: dimmed.
+        if r.processes == 0 {
+            row.style(Style::default().add_modifier(Modifier::DIM))
+        } else {
+            row
+        }
     });
     let (name_col, top_col) = match state.group {
         GroupMode::Binary => ("BINARY", "TOP PARENT"),
@@ -332,8 +338,8 @@ fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
 }
 
 /// One line per interval for scripts and logs (`--plain`, `--once`, or no TTY), then one
-/// per row of grouping `by`: `cgroup=/system.slice/a.service processes=41 total=41 ...`
-/// (processes in the interval, and since top started).
+/// per row of grouping `by` active in the interval: `cgroup=/system.slice/a.service
+/// processes=41 total=41 ...` (processes in the interval, and since top started).
 pub fn plain_line(view: &TopView, top: usize, by: GroupMode) -> String {
     let mut s = format!(
         "spawns/s={:.1} spawns_1m/s={:.1} spawns_peak/s={:.1} exec/s={:.1} failed_exec/s={:.1} threads/s={:.1} lost_events={}",
@@ -345,7 +351,8 @@ pub fn plain_line(view: &TopView, top: usize, by: GroupMode) -> String {
         view.thread_rate,
         view.lost_events
     );
-    for r in view.rows(by).iter().take(top) {
+    // The interval's rows only: a log line per idle group every interval would be noise.
+    for r in view.rows(by).iter().filter(|r| r.processes > 0).take(top) {
         let parts: Vec<String> = Phase::SPAWN_COST_PARTS
             .iter()
             .zip(r.cost_parts_ns)

@@ -185,6 +185,25 @@ fn family(parent: &[u8], child: &[u8], n: u32, pagetable_ns: u64, failed_per_chi
     t
 }
 
+/// The text of `t`'s hint of `rule`, which must be there.
+fn hint_text(t: &Trace, rule: &str) -> String {
+    let report = Report::build(t, &Context::for_run(&|_| false));
+    report
+        .hints
+        .into_iter()
+        .find(|h| h.rule == rule)
+        .unwrap_or_else(|| panic!("no {rule} hint in {:?}", report_hints(t)))
+        .text
+}
+
+fn report_hints(t: &Trace) -> Vec<String> {
+    Report::build(t, &Context::for_run(&|_| false))
+        .hints
+        .into_iter()
+        .map(|h| h.text)
+        .collect()
+}
+
 fn hints_of(t: &Trace) -> Vec<&'static str> {
     Report::build(t, &Context::for_run(&|_| false))
         .hints
@@ -221,21 +240,14 @@ fn hint_dynamic_linking_when_ld_dominates() {
     // ld_map + ld_reloc_init (200+50 us) of fork (10 us) + exec (100 us) + ld_* (150+200+50
     // us) + teardown (20 us): 47%, over the 20% line.
     let t = family(b"/bin/make", b"/bin/cc", 10, 0, 0);
-    let report = Report::build(&t, &Context::for_run(&|_| false));
-    let hint = report
-        .hints
-        .iter()
-        .find(|h| h.rule == "dynamic_linking")
-        .expect("dynamic_linking hint");
+    let hint = hint_text(&t, "dynamic_linking");
     assert!(
-        hint.text.contains("`cc`")
-            && hint.text.contains("to 1 object:")
+        hint.contains("`cc`")
+            && hint.contains("to 1 object:")
             && hint
-                .text
                 .contains("(ld_map + ld_reloc_init) is 47% of its spawn cost (250.0 µs per spawn)")
-            && hint.text.contains("but not ld_start (150.0 µs per spawn)"),
-        "{}",
-        hint.text
+            && hint.contains("but not ld_start (150.0 µs per spawn)"),
+        "{hint}"
     );
     let few = family(b"/bin/make", b"/bin/cc", 9, 0, 0);
     assert!(!hints_of(&few).contains(&"dynamic_linking"));
@@ -292,21 +304,13 @@ fn no_dynamic_linking_hint_where_ld_start_is_most_of_ld() {
 #[test]
 fn hint_path_search_counts_failed_execs_per_success() {
     let t = family(b"/bin/sh", b"/bin/cc", 10, 0, 2);
-    let report = Report::build(&t, &Context::for_run(&|_| false));
-    let hint = report
-        .hints
-        .iter()
-        .find(|h| h.rule == "path_search")
-        .expect("hint");
+    let hint = hint_text(&t, "path_search");
     // Both tries of each child were /nope/x, and no `x` was exec'd: no directory to name.
     assert!(
-        hint.text.contains("2.0 failed execs per success in `sh`")
-            && hint.text.contains("all for `x`: 2.0 a search, in /nope;")
-            && hint
-                .text
-                .ends_with("put the usual directory first in PATH or exec absolute paths"),
-        "{}",
-        hint.text
+        hint.contains("2.0 failed execs per success in `sh`")
+            && hint.contains("all for `x`: 2.0 a search, in /nope;")
+            && hint.ends_with("put the usual directory first in PATH or exec absolute paths"),
+        "{hint}"
     );
     let once = family(b"/bin/sh", b"/bin/cc", 10, 0, 0);
     assert!(!hints_of(&once).contains(&"path_search"));
@@ -343,20 +347,14 @@ fn hint_path_search_names_the_directories_ahead() {
         t.ingest(exec(c, c.start_ns + 200_000, b"/usr/bin/as", 0, 1));
         t.ingest(exit(c, 0));
     }
-    let report = Report::build(&t, &Context::for_run(&|_| false));
-    let hint = report
-        .hints
-        .iter()
-        .find(|h| h.rule == "path_search")
-        .expect("hint");
+    let hint = hint_text(&t, "path_search");
     assert_eq!(
-        hint.text.split_once(" µs)").map(|(_, rest)| rest),
+        hint.split_once(" µs)").map(|(_, rest)| rest),
         Some(
             ", all for `as`: 6.0 a search, in /root/bin, /opt/a, /opt/b and 2 more directories \
              ahead of /usr/bin; put /usr/bin first in PATH or exec absolute paths"
         ),
-        "{}",
-        hint.text
+        "{hint}"
     );
 }
 

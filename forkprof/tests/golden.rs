@@ -211,3 +211,41 @@ fn a_read_only_recording_reads_and_nothing_is_written_beside_it() {
     assert_eq!(left, ["demo.db"], "files beside the recording");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A selection that holds no process gives the header and one line, not a page of empty
+/// tables, and says on stderr which flags matched nothing; JSON stays whole.
+#[test]
+fn an_empty_selection_is_one_line() {
+    let (dir, db) = recording("empty-selection");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_forkprof"))
+            .arg("report")
+            .arg(&db)
+            .args(args)
+            .env_remove("COLUMNS")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--filter", "no-such-binary", "--from", "1ms"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("processes 0 ")
+            && stdout.ends_with("  no processes: no phases, groups or hints to show\n")
+            && !stdout.contains("Phases"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stderr,
+        format!(
+            "forkprof: no process in {} matches --filter \"no-such-binary\" --from 1ms\n",
+            db.display()
+        )
+    );
+    let json = run(&["--filter", "no-such-binary", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["summary"]["processes"], 0);
+    assert!(v["phases"].is_object() && v["groups"].is_object(), "{v}");
+    let _ = std::fs::remove_dir_all(dir);
+}

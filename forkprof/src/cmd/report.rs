@@ -14,6 +14,21 @@ use crate::output;
 use crate::output::perfetto::Timeline;
 use crate::privilege::{InvokingUser, create_private_file};
 
+/// The flags that select processes, as given (`--filter "cc1" --from 30s`), if any.
+fn selection(args: &ReportCmdArgs) -> Option<String> {
+    let mut flags = Vec::new();
+    if let Some(f) = &args.filter {
+        flags.push(format!("--filter {f:?}"));
+    }
+    if let Some(d) = args.from {
+        flags.push(format!("--from {}", humantime::format_duration(d)));
+    }
+    if let Some(d) = args.to {
+        flags.push(format!("--to {}", humantime::format_duration(d)));
+    }
+    (!flags.is_empty()).then(|| flags.join(" "))
+}
+
 pub fn run(args: ReportCmdArgs) -> Result<i32> {
     if let (Some(from), Some(to)) = (args.from, args.to)
         && from >= to
@@ -154,6 +169,14 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let mut report = builder.finish(&trace, None);
+    if report.summary.processes == 0
+        && let Some(selection) = selection(&args)
+    {
+        eprintln!(
+            "forkprof: no process in {} matches {selection}",
+            args.file.display()
+        );
+    }
     // `record` and `run -o` write `ended_ns` when they finish.
     report.unfinished = !recording.meta.contains_key("ended_ns");
     if let Some(path) = &args.folded {

@@ -271,6 +271,12 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
         100.0 * s.spawn_cost_share_of_wall
     );
     prose(out, width, &text, "    ")?;
+    if s.processes == 0 {
+        // A selection (`--filter`, `--from`/`--to`) that holds nothing, or a recording of an
+        // idle system: one line, not a page of empty tables.
+        writeln!(out, "  no processes: no phases, groups or hints to show")?;
+        return Ok(());
+    }
     let text = format!("  methods: {}", methods(&report.methods));
     prose(out, width, &text, "    ")?;
 

@@ -82,11 +82,9 @@ fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
         return (String::new(), generic);
     };
     let which = if tries == row.failed_execs {
-        "all"
-    } else if 2 * tries > row.failed_execs {
-        "most"
+        "all".to_string()
     } else {
-        "many"
+        format!("{tries} of them")
     };
     let searches = row
         .failed_exec_searches

@@ -358,6 +358,36 @@ fn hint_path_search_names_the_directories_ahead() {
     );
 }
 
+/// Of failed execs for two names, the hint names the one tried most, and how many of the
+/// failures were its.
+#[test]
+fn hint_path_search_names_the_name_tried_most() {
+    let mut t = Trace::default();
+    t.set_root(1);
+    let root = key(1, 0);
+    t.ingest(exec(root, 100_000, b"/bin/sh", 0, 0));
+    for i in 0..6u32 {
+        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        let (name, found): (&[u8], &[u8]) = if i < 4 {
+            (b"/opt/x/cc", b"/usr/bin/cc")
+        } else {
+            (b"/opt/x/ld", b"/usr/bin/ld")
+        };
+        for f in 0..2u64 {
+            t.ingest(exec(c, c.start_ns + 100_000 + f, name, libc::ENOENT, 0));
+        }
+        t.ingest(exec(c, c.start_ns + 200_000, found, 0, 1));
+        t.ingest(exit(c, 0));
+    }
+    let hint = hint_text(&t, "path_search");
+    assert!(
+        hint.contains("(12 failed, ")
+            && hint.contains("), 8 of them for `cc`: 2.0 a search, in /opt/x ahead of /usr/bin;"),
+        "{hint}"
+    );
+}
+
 #[test]
 fn hint_atime_when_exec_dirtied_inodes() {
     let t = sample();

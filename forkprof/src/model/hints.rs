@@ -53,8 +53,18 @@ fn phase_mean(row: &GroupRow, phase: Phase) -> Option<u64> {
         .map(|s| s.mean)
 }
 
-fn base(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
+/// A path's directory ("/" for the root, "" when it has none) and last component.
+fn split_path(path: &str) -> (&str, &str) {
+    match path.rsplit_once('/') {
+        Some(("", name)) => ("/", name),
+        Some(split) => split,
+        None => ("", path),
+    }
+}
+
+/// A path's last component: how hints name a binary (`cc1`).
+pub(crate) fn base(path: &str) -> &str {
+    split_path(path).1
 }
 
 /// What a parent's failed execs looked for, from `failed_exec_paths`: the name most of them
@@ -65,13 +75,12 @@ fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
     let generic = "put the usual directory first in PATH or exec absolute paths".to_string();
     let mut names: BTreeMap<&str, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
     for (path, &n) in &row.failed_exec_paths {
-        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let (dir, name) = split_path(path);
+        // A name tried without a directory is listed under "/".
+        let dir = if dir.is_empty() { "/" } else { dir };
         let entry = names.entry(name).or_default();
         entry.0 += n;
-        *entry
-            .1
-            .entry(if dir.is_empty() { "/" } else { dir })
-            .or_default() += n;
+        *entry.1.entry(dir).or_default() += n;
     }
     // The name tried most often; of two alike, the first by name, so that a report reads the
     // same each time.
@@ -108,9 +117,9 @@ fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
     let found: Vec<&str> = report
         .group(GroupBy::Binary)
         .iter()
-        .filter_map(|b| b.binary.rsplit_once('/'))
-        .filter(|(_, n)| *n == name)
-        .map(|(dir, _)| if dir.is_empty() { "/" } else { dir })
+        .map(|b| split_path(&b.binary))
+        .filter(|&(dir, n)| n == name && !dir.is_empty())
+        .map(|(dir, _)| dir)
         .collect();
     let (ahead, advice) = match found.as_slice() {
         [dir] => (

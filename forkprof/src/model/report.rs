@@ -8,7 +8,7 @@ use super::hints::Hint;
 use super::mounts::{Mount, mount_of};
 use super::phases::{Phase, PhaseMap, atime_updates};
 use super::stats::{Accumulator, Summary};
-use super::trace::{Binaries, ExitStatus, LostCounts, Names, Shared};
+use super::trace::{Binaries, ExitStatus, LostCounts, Names, Shared, file_name};
 use super::{Method, PHASES, Phases, Process, Trace};
 
 pub const REPORT_JSON_VERSION: u32 = 1;
@@ -370,7 +370,7 @@ impl Group {
             } else {
                 self.failed_execs += 1;
                 *self.failed_exec_paths.entry(e.path.clone()).or_default() += 1;
-                let name = e.path.rsplit(|&b| b == b'/').next().unwrap_or(&e.path);
+                let name = file_name(&e.path);
                 if searching != Some(name) {
                     *self.failed_exec_searches.entry(name.to_vec()).or_default() += 1;
                     searching = Some(name);

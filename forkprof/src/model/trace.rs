@@ -237,12 +237,7 @@ impl Process {
         } else {
             b"cannot execute: "
         };
-        let name = last
-            .path
-            .rsplit(|&b| b == b'/')
-            .next()
-            .unwrap_or(&last.path);
-        Some([prefix, name].concat())
+        Some([prefix, file_name(&last.path)].concat())
     }
 
     /// Path of the last successful exec before `t_ns`.
@@ -741,11 +736,16 @@ impl Names {
     }
 }
 
+/// A path's last component (all of it when it has no '/').
+pub fn file_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
+
 /// The last path component, as a flame-graph frame; ';' would split a frame, so it becomes
 /// '_'.
 pub fn frame(path: &[u8]) -> Vec<u8> {
-    let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-    base.iter()
+    file_name(path)
+        .iter()
         .map(|&b| if b == b';' { b'_' } else { b })
         .collect()
 }

@@ -18,7 +18,7 @@ use super::{Recording, Writer};
 use crate::decode::Record;
 use crate::model::report::{Context, Filter, GroupBy, Item, ReportBuilder};
 use crate::model::tests_support::{exec, hdr, key, spawn};
-use crate::model::trace::{Binaries, Found, Origin};
+use crate::model::trace::{Binaries, Found, Origin, file_name};
 use crate::model::{Process, Report, Trace};
 
 struct Rng(u64);
@@ -135,7 +135,7 @@ impl Sim {
             exit_ns: t.saturating_sub(20 * US),
             child_run_ns: self.rng.below(40 * US),
             cgroup_id: self.cgroup(),
-            comm: comm(name.rsplit(|&b| b == b'/').next().unwrap_or(name)),
+            comm: comm(file_name(name)),
         });
         self.push(t, r);
     }

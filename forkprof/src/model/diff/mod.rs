@@ -22,7 +22,7 @@ pub use interval::{
     bootstrap, delta, judge, ratio_interval, seed_of,
 };
 
-use super::hints::Hint;
+use super::hints::{Hint, base};
 use super::phases::{PHASES, Phase, Phases};
 use super::report::{Context, GroupBy, GroupRow, Report, ancestries, cgroup_keys, escape};
 use super::trace::{Shared, Trace};
@@ -401,10 +401,6 @@ fn phase_rows(before: &Side, after: &Side, noise: f64) -> Vec<PhaseRow> {
             })
         })
         .collect()
-}
-
-fn base(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// The first `name` quoted in backticks in a hint's text.

@@ -123,11 +123,9 @@ pub struct Top {
     history: VecDeque<(f64, u64)>,
     peak: f64,
     current: [HashMap<Shared, Acc>; 3],
-    /// Per grouping: processes finished since start, and the tick each group was last seen.
-    totals: [HashMap<Shared, (u64, u64)>; 3],
-    /// Per grouping: each group's row of the last interval it was active in, and that tick,
-    /// for the idle rows (`Row::processes`).
-    last: [HashMap<Shared, (Row, u64)>; 3],
+    /// Per grouping: each group's row of the last interval it was active in (its `total`,
+    /// the processes finished since start), and that tick: the idle rows come from here.
+    totals: [HashMap<Shared, (Row, u64)>; 3],
     ticks: u64,
     /// Cgroup path -> unit.
     units: HashMap<Shared, Shared>,
@@ -207,12 +205,8 @@ impl Top {
         let mut rows: [Vec<Row>; 3] = Default::default();
         for by in GroupMode::ALL {
             let totals = &mut self.totals[by.index()];
-            let last = &mut self.last[by.index()];
             let out = &mut rows[by.index()];
             for (key, acc) in self.current[by.index()].drain() {
-                let total = totals.entry(key.clone()).or_default();
-                total.0 += acc.count;
-                total.1 = ticks;
                 // Named cgroups, every one of them removed since.
                 let is_gone =
                     !acc.cgroups.is_empty() && acc.cgroups.iter().all(|(id, path)| gone(*id, path));
@@ -220,10 +214,11 @@ impl Top {
                 if is_gone {
                     name.push_str(" (gone)");
                 }
+                let last = totals.entry(key).or_default();
                 let row = Row {
                     name,
                     processes: acc.count,
-                    total: total.0,
+                    total: last.0.total + acc.count,
                     spawns_per_s: acc.count as f64 / dt,
                     mean_spawn_cost_ns: acc.cost / acc.count.max(1),
                     cost_parts_ns: acc.parts.map(|p| p / acc.count.max(1)),
@@ -234,28 +229,28 @@ impl Top {
                         .map(|(p, _)| escape(&p))
                         .unwrap_or_default(),
                 };
-                last.insert(key, (row.clone(), ticks));
+                *last = (row.clone(), ticks);
                 out.push(row);
             }
+            let recent = |seen: u64| seen + HISTORY as u64 > ticks;
             if totals.len() > TOTALS_CAP {
-                totals.retain(|_, (_, seen)| *seen + HISTORY as u64 > ticks);
+                totals.retain(|_, (_, seen)| recent(*seen));
             }
             // The groups idle this interval but active in one of the last `HISTORY`: shown
             // with no spawns, so that a burst's rows stay on the screen for a minute, as the
-            // header's 1-minute average does.
-            last.retain(|_, (_, seen)| *seen + HISTORY as u64 > ticks);
-            if last.len() > TOTALS_CAP {
-                last.retain(|_, (_, seen)| *seen == ticks);
+            // header's 1-minute average does; none past `TOTALS_CAP` rows in all.
+            let idle: Vec<Row> = totals
+                .values()
+                .filter(|(_, seen)| *seen != ticks && recent(*seen))
+                .map(|(row, _)| Row {
+                    processes: 0,
+                    spawns_per_s: 0.0,
+                    ..row.clone()
+                })
+                .collect();
+            if out.len() + idle.len() <= TOTALS_CAP {
+                out.extend(idle);
             }
-            out.extend(
-                last.values()
-                    .filter(|(_, seen)| *seen != ticks)
-                    .map(|(row, _)| Row {
-                        processes: 0,
-                        spawns_per_s: 0.0,
-                        ..row.clone()
-                    }),
-            );
             sort_rows(out, SortColumn::Spawns);
         }
         TopView {

@@ -497,14 +497,20 @@ fn no_ia32_syscalls_times_64_bit_spawns_whole() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Empty directories `names` in `dir`, for a PATH to search.
+fn empty_dirs(dir: &std::path::Path, names: &[&str]) -> Vec<std::path::PathBuf> {
+    let dirs: Vec<_> = names.iter().map(|d| dir.join(d)).collect();
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    dirs
+}
+
 #[test]
 fn execvp_path_search_is_one_finding_with_every_failed_attempt() {
     needs_root!();
     let dir = tempdir();
-    let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
-    for d in &dirs {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let dirs = empty_dirs(&dir, &["a", "b", "c"]);
     // In the middle directory the name exists but is not executable: EACCES.
     let blocked = dirs[1].join("fp-nothing");
     std::fs::write(&blocked, "not a program").unwrap();
@@ -569,10 +575,7 @@ fn execvp_path_search_is_one_finding_with_every_failed_attempt() {
 fn the_path_search_hint_names_what_was_searched_and_where() {
     needs_root!();
     let dir = tempdir();
-    let dirs: Vec<_> = ["a", "b", "c"].iter().map(|d| dir.join(d)).collect();
-    for d in &dirs {
-        std::fs::create_dir_all(d).unwrap();
-    }
+    let dirs = empty_dirs(&dir, &["a", "b", "c"]);
     let true_dir = std::fs::canonicalize("/usr/bin/true")
         .ok()
         .and_then(|p| p.parent().map(|d| d.display().to_string()))

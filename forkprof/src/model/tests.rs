@@ -155,53 +155,65 @@ fn exit_status_decoding() {
     assert_eq!(ExitStatus::Signal(9).shell_code(), 137);
 }
 
-/// A parent (/bin/PARENT, pid 1) with `n` fork children that exec /bin/CHILD.
-fn family(parent: &[u8], child: &[u8], n: u32, pagetable_ns: u64, failed_per_child: u32) -> Trace {
+/// A parent (pid 1, which exec'd PARENT) and `n` children, 10 ms apart: `child(trace,
+/// parent, child, i)` adds each child's records, its spawn first.
+fn children(
+    parent: &[u8],
+    n: u32,
+    mut child: impl FnMut(&mut Trace, ProcKey, ProcKey, u32),
+) -> Trace {
     let mut t = Trace::default();
     t.set_root(1);
     let root = key(1, 0);
     t.ingest(exec(root, 100_000, parent, 0, 0));
     for i in 0..n {
-        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+        child(
+            &mut t,
+            root,
+            key(100 + i, 1_000_000 + u64::from(i) * 10_000_000),
+            i,
+        );
+    }
+    t
+}
+
+/// Failed execs (ENOENT) of process `c`, one per path in order, before its exec at 200 µs.
+fn failed_execs(t: &mut Trace, c: ProcKey, paths: &[&[u8]]) {
+    for (f, path) in paths.iter().enumerate() {
+        t.ingest(exec(
+            c,
+            c.start_ns + 100_000 + f as u64,
+            path,
+            libc::ENOENT,
+            0,
+        ));
+    }
+}
+
+/// A parent (/bin/PARENT, pid 1) with `n` fork children that exec /bin/CHILD.
+fn family(parent: &[u8], child: &[u8], n: u32, pagetable_ns: u64, failed_per_child: u32) -> Trace {
+    children(parent, n, |t, root, c, _| {
         let Record::Spawn(mut s) = spawn(root, c, 56, SIGCHLD) else {
             unreachable!()
         };
         s.pagetable_copy_ns = pagetable_ns;
         s.fork_ns = pagetable_ns + 10_000;
         t.ingest(Record::Spawn(s));
-        for f in 0..failed_per_child {
-            t.ingest(exec(
-                c,
-                c.start_ns + 100_000 + u64::from(f),
-                b"/nope/x",
-                libc::ENOENT,
-                0,
-            ));
-        }
+        failed_execs(t, c, &vec![&b"/nope/x"[..]; failed_per_child as usize]);
         t.ingest(exec(c, c.start_ns + 200_000, child, 0, 1));
         t.ingest(ld(c, ld_outcome::COMPLETE));
         t.ingest(exit(c, 0));
-    }
-    t
+    })
 }
 
 /// The text of `t`'s hint of `rule`, which must be there.
 fn hint_text(t: &Trace, rule: &str) -> String {
-    let report = Report::build(t, &Context::for_run(&|_| false));
-    report
-        .hints
-        .into_iter()
+    let hints = Report::build(t, &Context::for_run(&|_| false)).hints;
+    hints
+        .iter()
         .find(|h| h.rule == rule)
-        .unwrap_or_else(|| panic!("no {rule} hint in {:?}", report_hints(t)))
-        .text
-}
-
-fn report_hints(t: &Trace) -> Vec<String> {
-    Report::build(t, &Context::for_run(&|_| false))
-        .hints
-        .into_iter()
-        .map(|h| h.text)
-        .collect()
+        .map(|h| h.text.clone())
+        .unwrap_or_else(|| panic!("no {rule} hint in {hints:?}"))
 }
 
 fn hints_of(t: &Trace) -> Vec<&'static str> {
@@ -259,12 +271,7 @@ fn hint_dynamic_linking_when_ld_dominates() {
 /// spawn cost.
 #[test]
 fn no_dynamic_linking_hint_where_ld_start_is_most_of_ld() {
-    let mut t = Trace::default();
-    t.set_root(1);
-    let root = key(1, 0);
-    t.ingest(exec(root, 100_000, b"/bin/sh", 0, 0));
-    for i in 0..20 {
-        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+    let t = children(b"/bin/sh", 20, |t, root, c, _| {
         t.ingest(spawn(root, c, 56, SIGCHLD));
         t.ingest(exec(c, c.start_ns + 200_000, b"/bin/true", 0, 1));
         // The t_dyn of the constant's doc: ld_start 673 us, ld_map 49, ld_reloc_init 72.
@@ -278,7 +285,7 @@ fn no_dynamic_linking_hint_where_ld_start_is_most_of_ld() {
             }
         }));
         t.ingest(exit(c, 0));
-    }
+    });
     let report = Report::build(&t, &Context::for_run(&|_| false));
     let binary = report
         .group(GroupBy::Binary)
@@ -320,10 +327,6 @@ fn hint_path_search_counts_failed_execs_per_success() {
 /// twice in PATH first), and the directory where each search ended.
 #[test]
 fn hint_path_search_names_the_directories_ahead() {
-    let mut t = Trace::default();
-    t.set_root(1);
-    let root = key(1, 0);
-    t.ingest(exec(root, 100_000, b"/usr/bin/gcc", 0, 0));
     let tried: [&[u8]; 6] = [
         b"/root/bin/as",
         b"/opt/a/as",
@@ -332,21 +335,12 @@ fn hint_path_search_names_the_directories_ahead() {
         b"/root/bin/as",
         b"/usr/local/bin/as",
     ];
-    for i in 0..5u32 {
-        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+    let t = children(b"/usr/bin/gcc", 5, |t, root, c, _| {
         t.ingest(spawn(root, c, 56, SIGCHLD));
-        for (f, path) in tried.iter().enumerate() {
-            t.ingest(exec(
-                c,
-                c.start_ns + 100_000 + f as u64,
-                path,
-                libc::ENOENT,
-                0,
-            ));
-        }
+        failed_execs(t, c, &tried);
         t.ingest(exec(c, c.start_ns + 200_000, b"/usr/bin/as", 0, 1));
         t.ingest(exit(c, 0));
-    }
+    });
     let hint = hint_text(&t, "path_search");
     assert_eq!(
         hint.split_once(" µs)").map(|(_, rest)| rest),
@@ -362,24 +356,17 @@ fn hint_path_search_names_the_directories_ahead() {
 /// failures were its.
 #[test]
 fn hint_path_search_names_the_name_tried_most() {
-    let mut t = Trace::default();
-    t.set_root(1);
-    let root = key(1, 0);
-    t.ingest(exec(root, 100_000, b"/bin/sh", 0, 0));
-    for i in 0..6u32 {
-        let c = key(100 + i, 1_000_000 + u64::from(i) * 10_000_000);
+    let t = children(b"/bin/sh", 6, |t, root, c, i| {
         t.ingest(spawn(root, c, 56, SIGCHLD));
         let (name, found): (&[u8], &[u8]) = if i < 4 {
             (b"/opt/x/cc", b"/usr/bin/cc")
         } else {
             (b"/opt/x/ld", b"/usr/bin/ld")
         };
-        for f in 0..2u64 {
-            t.ingest(exec(c, c.start_ns + 100_000 + f, name, libc::ENOENT, 0));
-        }
+        failed_execs(t, c, &[name, name]);
         t.ingest(exec(c, c.start_ns + 200_000, found, 0, 1));
         t.ingest(exit(c, 0));
-    }
+    });
     let hint = hint_text(&t, "path_search");
     assert!(
         hint.contains("(12 failed, ")

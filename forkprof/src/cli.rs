@@ -414,7 +414,8 @@ pub struct ReportCmdArgs {
     pub to: Option<std::time::Duration>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Include one row per process in JSON output (with `--format json` only).
+    /// One row per process: added to the JSON report (`--format json`), or the CSV's rows
+    /// instead of the groups' (`--format csv`: the columns of `export --parquet`).
     #[arg(long)]
     pub processes: bool,
     /// Write a flame graph (SVG) of spawn cost by process ancestry.

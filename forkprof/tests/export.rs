@@ -225,6 +225,53 @@ fn duckdb_reads_the_files_of_two_hosts_as_their_union() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `report --format csv --processes` holds the rows of the Parquet export, value for value:
+/// DuckDB reads the CSV with the Parquet file's column types, and each side less the other
+/// is empty.
+#[test]
+fn duckdb_reads_the_process_csv_as_the_parquet_rows() {
+    if !duckdb_or_skip("duckdb_reads_the_process_csv_as_the_parquet_rows") {
+        return;
+    }
+    let dir = tempdir("csv", &["demo.db"]);
+    let (db, parquet, csv) = (
+        dir.join("demo.db"),
+        dir.join("demo.parquet"),
+        dir.join("demo.csv"),
+    );
+    export(&db, &parquet, &[]);
+    let o = forkprof(&[
+        Path::new("report"),
+        &db,
+        Path::new("--format=csv"),
+        Path::new("--processes"),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::write(&csv, &o.stdout).unwrap();
+    // The CSV read with the Parquet file's names and types (an empty field is a null).
+    let types = duckdb(&format!("DESCRIBE SELECT * FROM {}", lit(&parquet)))
+        .iter()
+        .map(|r| format!("'{}': '{}'", r[0].as_str().unwrap(), r[1].as_str().unwrap()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let from_csv = format!(
+        "read_csv({}, header = true, auto_detect = false, columns = {{{types}}})",
+        lit(&csv)
+    );
+    let count = |sql: &str| int(&duckdb(sql)[0][0]).unwrap();
+    let rows = count(&format!("SELECT count(*) FROM {from_csv}"));
+    assert_eq!(
+        rows,
+        count(&format!("SELECT count(*) FROM {}", lit(&parquet)))
+    );
+    assert!(rows > 10, "{rows}");
+    for (a, b) in [(&from_csv, &lit(&parquet)), (&lit(&parquet), &from_csv)] {
+        let only = format!("SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})");
+        assert_eq!(count(&only), 0, "{only}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Needs no DuckDB: bad input is refused as `report` and `record -o` refuse it.
 #[test]
 fn bad_recordings_and_existing_outputs_are_refused() {

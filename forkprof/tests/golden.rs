@@ -83,6 +83,80 @@ fn by_method_csv() {
 }
 
 #[test]
+fn processes_csv() {
+    report("processes.csv", &["--format", "csv", "--processes"]);
+}
+
+/// A process as both outputs give it: pid, binary, method, and its phases by name.
+type ProcessKey = (u64, String, String, Vec<(String, u64)>);
+
+/// `--format csv --processes` has a row for each process the same selection puts in the
+/// JSON's `processes`, with the same binary, method and phases.
+#[test]
+fn processes_csv_rows_are_the_json_processes() {
+    let (dir, db) = recording("csv-json");
+    let selection = ["--filter", "true", "--from", "100ms", "--to", "500ms"];
+    let out = |format: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_forkprof"))
+            .arg("report")
+            .arg(&db)
+            .args(selection)
+            .args(["--processes", "--format", format])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let json: serde_json::Value = serde_json::from_slice(&out("json")).unwrap();
+    let mut from_json: Vec<ProcessKey> = json["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let phases = p["phases"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect();
+            (
+                p["pid"].as_u64().unwrap(),
+                p["binary"].as_str().unwrap().to_string(),
+                p["method"].as_str().unwrap().to_string(),
+                phases,
+            )
+        })
+        .collect();
+    let csv = String::from_utf8(out("csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let first_phase = col("fork");
+    let mut from_csv: Vec<ProcessKey> = lines
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), header.len(), "{line}");
+            let mut phases: Vec<(String, u64)> = (first_phase..header.len())
+                .filter(|&i| !f[i].is_empty())
+                .map(|i| (header[i].to_string(), f[i].parse().unwrap()))
+                .collect();
+            phases.sort();
+            (
+                f[col("pid")].parse().unwrap(),
+                f[col("binary")].to_string(),
+                f[col("method")].to_string(),
+                phases,
+            )
+        })
+        .collect();
+    from_json.sort();
+    from_csv.sort();
+    assert!(!from_csv.is_empty(), "the selection holds processes");
+    assert_eq!(from_csv, from_json);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn by_ancestry_sorted_and_cut() {
     report(
         "ancestry.json",

@@ -7,6 +7,7 @@ use crate::cli::{Format, ReportCmdArgs};
 use crate::cmd::{bad_recording_or, open_recording};
 use crate::elf::InterpCache;
 use crate::model::phases::Phase;
+use crate::model::processes::ProcessView;
 use crate::model::report::{Context, Filter, GroupBy, Item, ReportBuilder};
 use crate::model::trace::{Binaries, Origin};
 use crate::model::{Process, Trace};
@@ -36,11 +37,17 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         eprintln!("forkprof: --from {from:?} is not before --to {to:?}: the range holds nothing");
         return Ok(2);
     }
-    // Rows per process exist in JSON only: asked for elsewhere, they would silently not be.
-    if args.processes && !matches!(args.format, Format::Json) {
-        eprintln!("forkprof: --processes adds one row per process to JSON only; add --format json");
+    // Rows per process exist in JSON and CSV only: asked for in a table, they would
+    // silently not be.
+    if args.processes && matches!(args.format, Format::Table) {
+        eprintln!(
+            "forkprof: --processes gives one row per process in JSON or CSV; add --format json or --format csv"
+        );
         return Ok(2);
     }
+    // JSON adds the processes to the report; CSV has one row per process instead.
+    let json_processes = args.processes && matches!(args.format, Format::Json);
+    let csv_processes = args.processes && matches!(args.format, Format::Csv);
     let outputs: Vec<(&str, &std::path::Path)> = [
         ("--flamegraph", &args.flamegraph),
         ("--folded", &args.folded),
@@ -53,7 +60,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         eprintln!("forkprof: {why}");
         return Ok(2);
     }
-    let (recording, mut start) = match open_recording(&args.file, args.processes) {
+    let (recording, mut start) = match open_recording(&args.file, json_processes) {
         Ok(opened) => opened,
         Err(code) => return Ok(code),
     };
@@ -113,7 +120,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         groupings: vec![by],
         sort: args.sort.into(),
         filter,
-        processes: args.processes,
+        processes: json_processes,
         folded: args.flamegraph.is_some() || args.folded.is_some(),
         flame_root: matches!(by, GroupBy::Cgroup | GroupBy::Unit).then_some(by),
     };
@@ -134,7 +141,14 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         }
         None => None,
     };
-    let mut rows = match args.processes {
+    let mut process_csv = match csv_processes {
+        true => Some(output::csv::ProcessWriter::new(
+            std::io::BufWriter::new(std::io::stdout().lock()),
+            recording.meta.get("host").cloned(),
+        )?),
+        false => None,
+    };
+    let mut rows = match json_processes {
         true => Some(output::json::RowSpool::new()?),
         false => None,
     };
@@ -152,6 +166,10 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             t.process(p, &bins.last, trace.last_ns)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
+        if let Some(w) = process_csv.as_mut() {
+            w.push(&ProcessView::of(trace, p, bins.clone(), &is_static))
+                .context("cannot write the report to stdout")?;
+        }
         if let (Some(spool), Some(row)) = (rows.as_mut(), row) {
             spool
                 .push(&row)
@@ -159,7 +177,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         }
         Ok(())
     };
-    let trace = match recording.processes(start, args.processes, &mut sink) {
+    let trace = match recording.processes(start, json_processes, &mut sink) {
         Ok(t) => t,
         Err(e) => return bad_recording_or(e),
     };
@@ -190,6 +208,12 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         output::flamegraph::write_svg(&report, &mut f)
             .and_then(|()| Ok(f.flush()?))
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(w) = process_csv {
+        w.finish()
+            .and_then(|mut out| Ok(out.flush()?))
+            .context("cannot write the report to stdout")?;
+        return Ok(0);
     }
     // Buffered: stdout alone flushes at every line, a syscall per line of a JSON report.
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());

@@ -1,8 +1,55 @@
 //! Every process of a trace, one at a time in creation order, with its binaries and phases
-//! as the report counts them: what per-process outputs (`export --parquet`) are made of.
-use super::phases::Phases;
-use super::trace::Binaries;
+//! as the report counts them: what per-process outputs (`export --parquet`, `report --format
+//! csv --processes`) are made of.
+use super::phases::{Phases, atime_updates};
+use super::report::escape;
+use super::trace::{Binaries, ExitStatus};
 use super::{Process, Trace};
+
+/// The columns of a process row before its phases, in order (docs/recording.md, "Parquet
+/// export"); each phase follows, named as the phase, in report order.
+pub const COLUMNS: [&str; 15] = [
+    "host",
+    "pid",
+    "start_ns",
+    "parent_pid",
+    "parent_start_ns",
+    "binary",
+    "parent_binary",
+    "method",
+    "cgroup",
+    "unit",
+    "exit_code",
+    "exit_signal",
+    "execs",
+    "failed_execs",
+    "atime_updates",
+];
+
+/// The values of `COLUMNS` after `host`, for one process (None: null, "not known"). Integers
+/// are signed, as Spark and Trino have no unsigned ones.
+pub struct Fields<'v> {
+    pub pid: i32,
+    pub start_ns: i64,
+    pub parent_pid: Option<i32>,
+    pub parent_start_ns: Option<i64>,
+    /// Escaped as the report's paths are (`\xNN`, `\\`).
+    pub binary: String,
+    pub parent_binary: String,
+    pub method: &'static str,
+    pub cgroup: Option<&'v str>,
+    pub unit: Option<&'v str>,
+    pub exit_code: Option<i32>,
+    pub exit_signal: Option<i32>,
+    pub execs: i64,
+    pub failed_execs: i64,
+    pub atime_updates: i64,
+}
+
+/// A u64 from the kernel as a signed integer (ns values reach i64::MAX after 292 years).
+pub fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
 
 /// One process and what the report derives from it.
 pub struct ProcessView<'a> {
@@ -51,6 +98,33 @@ impl<'a> ProcessView<'a> {
             execs: ok,
             failed_execs: process.execs.len() as u64 - ok,
             cgroup,
+        }
+    }
+
+    /// Its row's values before the phases.
+    pub fn fields(&self) -> Fields<'_> {
+        let p = self.process;
+        let (exit_code, exit_signal) = match p.exit_status() {
+            Some(ExitStatus::Code(c)) => (Some(c), None),
+            Some(ExitStatus::Signal(s)) => (None, Some(s)),
+            None => (None, None),
+        };
+        Fields {
+            // pid_max is at most 2^22, so a pid always fits.
+            pid: p.key.pid as i32,
+            start_ns: signed(p.key.start_ns),
+            parent_pid: p.parent.map(|k| k.pid as i32),
+            parent_start_ns: p.parent.map(|k| signed(k.start_ns)),
+            binary: escape(&self.binaries.last),
+            parent_binary: escape(&self.binaries.at_spawn),
+            method: p.method.name(),
+            cgroup: self.cgroup.as_ref().map(|(path, _)| path.as_str()),
+            unit: self.cgroup.as_ref().map(|(_, unit)| unit.as_str()),
+            exit_code,
+            exit_signal,
+            execs: signed(self.execs),
+            failed_execs: signed(self.failed_execs),
+            atime_updates: signed(atime_updates(p)),
         }
     }
 }

@@ -16,9 +16,7 @@ use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
 use crate::model::PHASES;
-use crate::model::processes::ProcessView;
-use crate::model::report::escape;
-use crate::model::trace::ExitStatus;
+use crate::model::processes::{COLUMNS, ProcessView, signed};
 
 /// Processes per record batch and per row group.
 pub const BATCH_ROWS: usize = 65_536;
@@ -27,41 +25,37 @@ pub const BATCH_ROWS: usize = 65_536;
 /// changes meaning or type; a new column alone leaves it as it is.
 pub const EXPORT_VERSION: u32 = 1;
 
-/// The columns before the phases: (name, type, nullable). Every phase follows as a nullable
-/// Int64 named as the phase (ns; a count for `cow_faults`). Signed types throughout, as
-/// Spark and Trino have no unsigned integers.
-pub const COLUMNS: [(&str, DataType, bool); 15] = [
-    ("host", DataType::Utf8, true),
-    ("pid", DataType::Int32, false),
-    ("start_ns", DataType::Int64, false),
-    ("parent_pid", DataType::Int32, true),
-    ("parent_start_ns", DataType::Int64, true),
-    ("binary", DataType::Utf8, false),
-    ("parent_binary", DataType::Utf8, false),
-    ("method", DataType::Utf8, false),
-    ("cgroup", DataType::Utf8, true),
-    ("unit", DataType::Utf8, true),
-    ("exit_code", DataType::Int32, true),
-    ("exit_signal", DataType::Int32, true),
-    ("execs", DataType::Int64, false),
-    ("failed_execs", DataType::Int64, false),
-    ("atime_updates", DataType::Int64, false),
+/// The types of `processes::COLUMNS`, the columns before the phases: (type, nullable). Every
+/// phase follows as a nullable Int64 named as the phase (ns; a count for `cow_faults`).
+/// Signed types throughout, as Spark and Trino have no unsigned integers.
+const TYPES: [(DataType, bool); 15] = [
+    (DataType::Utf8, true),   // host
+    (DataType::Int32, false), // pid
+    (DataType::Int64, false), // start_ns
+    (DataType::Int32, true),  // parent_pid
+    (DataType::Int64, true),  // parent_start_ns
+    (DataType::Utf8, false),  // binary
+    (DataType::Utf8, false),  // parent_binary
+    (DataType::Utf8, false),  // method
+    (DataType::Utf8, true),   // cgroup
+    (DataType::Utf8, true),   // unit
+    (DataType::Int32, true),  // exit_code
+    (DataType::Int32, true),  // exit_signal
+    (DataType::Int64, false), // execs
+    (DataType::Int64, false), // failed_execs
+    (DataType::Int64, false), // atime_updates
 ];
 
 /// The Arrow schema of the file: `COLUMNS`, then one column per phase in report order.
 pub fn schema() -> Schema {
     let fixed = COLUMNS
         .iter()
-        .map(|(name, ty, nullable)| Field::new(*name, ty.clone(), *nullable));
+        .zip(&TYPES)
+        .map(|(name, (ty, nullable))| Field::new(*name, ty.clone(), *nullable));
     let phases = PHASES
         .iter()
         .map(|p| Field::new(p.name(), DataType::Int64, true));
     Schema::new(fixed.chain(phases).collect::<Vec<_>>())
-}
-
-/// A u64 from the kernel as Int64 (ns values reach i64::MAX after 292 years).
-fn signed(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 /// The columns of one record batch, filled row by row.
@@ -109,34 +103,22 @@ impl Batch {
     }
 
     fn push(&mut self, v: &ProcessView<'_>, host: Option<&str>) {
-        let p = v.process;
+        let f = v.fields();
         self.host.append_option(host);
-        // pid_max is at most 2^22, so a pid always fits.
-        self.pid.append_value(p.key.pid as i32);
-        self.start_ns.append_value(signed(p.key.start_ns));
-        self.parent_pid
-            .append_option(p.parent.map(|k| k.pid as i32));
-        self.parent_start_ns
-            .append_option(p.parent.map(|k| signed(k.start_ns)));
-        self.binary.append_value(escape(&v.binaries.last));
-        self.parent_binary
-            .append_value(escape(&v.binaries.at_spawn));
-        self.method.append_value(p.method.name());
-        self.cgroup
-            .append_option(v.cgroup.as_ref().map(|(path, _)| path.as_str()));
-        self.unit
-            .append_option(v.cgroup.as_ref().map(|(_, unit)| unit.as_str()));
-        let (code, signal) = match p.exit_status() {
-            Some(ExitStatus::Code(c)) => (Some(c), None),
-            Some(ExitStatus::Signal(s)) => (None, Some(s)),
-            None => (None, None),
-        };
-        self.exit_code.append_option(code);
-        self.exit_signal.append_option(signal);
-        self.execs.append_value(signed(v.execs));
-        self.failed_execs.append_value(signed(v.failed_execs));
-        self.atime_updates
-            .append_value(signed(crate::model::phases::atime_updates(p)));
+        self.pid.append_value(f.pid);
+        self.start_ns.append_value(f.start_ns);
+        self.parent_pid.append_option(f.parent_pid);
+        self.parent_start_ns.append_option(f.parent_start_ns);
+        self.binary.append_value(f.binary);
+        self.parent_binary.append_value(f.parent_binary);
+        self.method.append_value(f.method);
+        self.cgroup.append_option(f.cgroup);
+        self.unit.append_option(f.unit);
+        self.exit_code.append_option(f.exit_code);
+        self.exit_signal.append_option(f.exit_signal);
+        self.execs.append_value(f.execs);
+        self.failed_execs.append_value(f.failed_execs);
+        self.atime_updates.append_value(f.atime_updates);
         for (b, &phase) in self.phases.iter_mut().zip(PHASES.iter()) {
             b.append_option(v.phases.get(phase).map(signed));
         }

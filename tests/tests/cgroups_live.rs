@@ -79,7 +79,8 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
         )
     };
     let (qa, qb) = (series(&a, "a.service"), series(&b, "b.service"));
-    // Processes are finished a grace period (1 s) after their exit, then scraped.
+    // Processes are finished at the exporter's next update after their exit (a second
+    // later where a spawn record is late), then scraped.
     for (q, want) in [(&qa, 41.0), (&qb, 61.0)] {
         let got = wait_for(q, Duration::from_secs(30), || {
             query(prom, q).filter(|&v| v >= want)

@@ -142,6 +142,96 @@ fn top_without_a_tty_prints_plain_lines() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A process counts in the rows of the interval in which it exits, as its spawn counts in
+/// the header's: a burst run late in an interval, its processes gone well before the
+/// interval ends, is all in the probe row's `total` of the line printed at that interval's
+/// end. (A process used to be finished a second after its exit, so a burst in an interval's
+/// last second showed in the header one interval before the rows.)
+#[test]
+fn top_counts_a_burst_in_the_interval_it_ends_in() {
+    use std::io::BufRead as _;
+    needs_root!();
+    let dir = tempdir();
+    const N: u32 = 20;
+    let (_, script) = probe(&dir, "fp-burst-probe", N);
+    let mut top = Killed(
+        Command::new(forkprof())
+            .args(["top", "--plain", "--interval", "3s", "--top", "100"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // top's lines, with the time each arrived.
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, String)>();
+    let stdout = top.0.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send((Instant::now(), line)).is_err() {
+                return;
+            }
+        }
+    });
+    // An interval's line and its rows, written at once: the rows are the lines that follow
+    // it within a second (the next interval's line is 3 s away).
+    let next_block = |rx: &std::sync::mpsc::Receiver<(Instant, String)>| -> (Instant, Vec<String>) {
+        let at = loop {
+            let (at, line) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("top printed no line for 30 s");
+            if line.starts_with("spawns/s=") {
+                break at;
+            }
+        };
+        let mut rows = Vec::new();
+        while let Ok((_, line)) = rx.recv_timeout(Duration::from_secs(1)) {
+            rows.push(line);
+        }
+        (at, rows)
+    };
+    // The first interval starts while the programs attach: wait for the second's line.
+    next_block(&rx);
+    let (mut tick, _) = next_block(&rx);
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        // 2.4 s into a 3-second interval, a burst of N one-millisecond processes: it ends more
+        // than 300 ms before the interval's end, and less than the old second.
+        std::thread::sleep(
+            (tick + Duration::from_millis(2400)).saturating_duration_since(Instant::now()),
+        );
+        assert!(
+            Command::new("sh")
+                .args(["-c", &script])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let ended = Instant::now();
+        let (at, rows) = next_block(&rx);
+        let total = rows
+            .iter()
+            .find(|l| l.contains("fp-burst-probe"))
+            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("total=")))
+            .and_then(|v| v.parse::<u32>().ok());
+        // A slow burst that ran into the interval's end proves nothing: try again.
+        if ended + Duration::from_millis(300) > at {
+            tries.push(format!("the burst ended {:?} before the line", at - ended));
+            tick = at;
+            continue;
+        }
+        assert_eq!(
+            total,
+            Some(N),
+            "the burst ended {:?} before the interval's line, whose rows are {rows:#?}",
+            at - ended
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    panic!("no burst ended 300 ms before its interval's end: {tries:?}");
+}
+
 /// A steady loop, as long as it lives: a uniquely named copy of `sleep`, run for 50 ms at a
 /// time, one line appended to a file per run, so that its real rate can be counted.
 struct Paced {
@@ -288,7 +378,8 @@ fn monitor_is_scraped_by_a_real_prometheus() {
             .unwrap()
             .success()
     );
-    // Finished processes reach the metrics after the grace period, then one scrape.
+    // Finished processes reach the metrics at the next update after their exit, then one
+    // scrape.
     let spawns = wait_for("the probe's series", Duration::from_secs(30), || {
         query(
             prom,

@@ -66,9 +66,9 @@ pub fn run(args: TopArgs) -> Result<i32> {
     if plain {
         let mut signals = StopSignals::new()?;
         if args.once {
-            // A row counts the processes finished in its interval, and a process is finished
-            // `GRACE_NS` after its exit: the first interval holds few of them. `--once` shows
-            // the second, the first full one.
+            // A row counts the processes finished in its interval: the first interval, which
+            // starts while the programs attach, holds few of them. `--once` shows the second,
+            // the first full one.
             let start = Instant::now();
             let stop =
                 runtime.block_on(session.run_until(signals.or_after(Some(args.interval))))?;

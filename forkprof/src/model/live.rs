@@ -1,6 +1,7 @@
 //! Live aggregation for `top` and `monitor`. Records stream in; counters move at once; a
-//! process is finished (its phases computed) once it has exited and `GRACE_NS` has passed
-//! for late records, then it is dropped, so memory is bounded by the processes alive.
+//! process is finished (its phases computed) at the first sweep after its exit record, or,
+//! while its parent's spawn record is still to come, once `GRACE_NS` has passed; then it is
+//! dropped, so memory is bounded by the processes alive.
 use forkprof_common::ld_outcome;
 
 use super::Method;
@@ -9,8 +10,11 @@ use super::phases::Phases;
 use super::trace::{Found, Process, Shared, Trace, comm_label};
 use crate::decode::Record;
 
-/// How long after its exit a process waits for late records (a vfork parent's spawn record
-/// can arrive after the child has exited).
+/// How long after its exit a process created under tracing waits for its parent's spawn
+/// record: the one record of a process that another task sends, and the only one that can
+/// come after its exit record (a vfork parent that is slow to run again after its child
+/// exits). Every record a process sends itself comes before its exit record, and the
+/// dynamic linker's goes with it.
 pub const GRACE_NS: u64 = 1_000_000_000;
 
 /// Counters since start, updated as records arrive.
@@ -109,12 +113,17 @@ impl Live {
         self.trace.processes.len()
     }
 
-    /// Finishes every process that exited at least `GRACE_NS` before `now_ns`.
-    /// `is_static` tells statically linked binaries (dynamic-linker phases 0).
+    /// Finishes every process that has exited and has all its records: its spawn record was
+    /// read, or none is due (it existed before tracing began, `start_ns` 0), or `GRACE_NS`
+    /// has passed since its exit by `now_ns`. `is_static` tells statically linked binaries
+    /// (dynamic-linker phases 0).
     pub fn sweep(&mut self, now_ns: u64, is_static: &dyn Fn(&[u8]) -> bool) -> Vec<Finished> {
         let gone = self.trace.take(|p| {
-            p.exit
-                .is_some_and(|x| x.exit_ns.saturating_add(GRACE_NS) <= now_ns)
+            p.exit.is_some_and(|x| {
+                p.spawn.is_some()
+                    || p.key.start_ns == 0
+                    || x.exit_ns.saturating_add(GRACE_NS) <= now_ns
+            })
         });
         gone.iter().map(|p| self.finish(p, is_static)).collect()
     }
@@ -166,26 +175,58 @@ mod tests {
     use crate::model::tests_support::*;
 
     #[test]
-    fn counts_at_once_and_finishes_after_the_grace_period() {
+    fn counts_at_once_and_finishes_at_the_sweep_after_its_exit() {
         let mut live = Live::default();
         let root = key(1, 0);
         let child = key(2, 1_000_000);
         live.ingest(exec(root, 500_000, b"/bin/make", 0, 0));
         live.ingest(spawn(root, child, 56, SIGCHLD));
         live.ingest(exec(child, 1_200_000, b"/bin/cc", 0, 0));
+        assert!(live.sweep(GRACE_NS, &|_| false).is_empty(), "none exited");
         live.ingest(exit(child, 0));
         assert_eq!(live.counters.spawns_total(), 1);
         assert_eq!(live.counters.execs_ok, 2);
         assert_eq!(live.in_flight(), 2);
-        // exit_ns of the test records is 0: finished once GRACE_NS has passed.
-        assert!(live.sweep(GRACE_NS - 1, &|_| false).is_empty());
-        let done = live.sweep(GRACE_NS, &|_| false);
+        // Its spawn record came before its exit: finished at once.
+        let done = live.sweep(0, &|_| false);
         assert_eq!(done.len(), 1);
         assert_eq!(&*done[0].binary, b"/bin/cc");
         assert_eq!(&*done[0].parent_binary, b"/bin/make");
         assert_eq!(done[0].method, Method::Fork);
         assert!(done[0].phases.get(Phase::SpawnCost).unwrap() > 0);
         assert_eq!(live.in_flight(), 1, "the root has not exited");
+    }
+
+    /// A child created under tracing whose exit record comes before its parent's spawn
+    /// record (a vfork parent slow to run again) waits for it, at most `GRACE_NS`: then it
+    /// has its method and parent; a process that existed before tracing waits for nothing.
+    #[test]
+    fn a_child_waits_for_a_late_spawn_record_until_the_grace_period_ends() {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        let (late, lost) = (key(2, 1_000_000), key(3, 2_000_000));
+        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
+        live.ingest(exec(late, 1_200_000, b"/bin/ls", 0, 0));
+        live.ingest(exit(late, 0));
+        live.ingest(exit(lost, 0));
+        assert!(live.sweep(GRACE_NS - 1, &|_| false).is_empty());
+        live.ingest(spawn(root, late, 58, SIGCHLD));
+        let done = live.sweep(GRACE_NS - 1, &|_| false);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (&*done[0].binary, &*done[0].parent_binary),
+            (&b"/bin/ls"[..], &b"/bin/sh"[..])
+        );
+        assert_eq!(done[0].method, Method::Vfork);
+        // Its spawn record lost: finished once the grace period is over (exit_ns is 0).
+        assert_eq!(live.sweep(GRACE_NS, &|_| false).len(), 1);
+        live.ingest(exit(root, 0));
+        assert_eq!(
+            live.sweep(0, &|_| false).len(),
+            1,
+            "the root existed before"
+        );
+        assert_eq!(live.in_flight(), 0);
     }
 
     /// A finished process carries its cgroup as reports name it: the path of the cgroup it

@@ -316,10 +316,11 @@ fn help(frame: &mut Frame<'_>, area: Rect, group: GroupMode) {
         Line::from(" p, space  pause / resume"),
         Line::from(" h, ?      this help, open or closed"),
         Line::from(""),
-        Line::from(" Rows are the processes that finished in the last interval;"),
-        Line::from(" TOTAL counts them since top started. Mean cost is spawn_cost;"),
-        Line::from(" the bar splits it by phase. A cgroup is its path below the cgroup2"),
-        Line::from(" mount (\"(gone)\": removed since); a unit is its systemd unit or"),
+        Line::from(" Rows are the processes that exited in the last interval, and,"),
+        Line::from(" dimmed at 0.0, those that did in the last minute; TOTAL counts"),
+        Line::from(" them since top started. Mean cost is spawn_cost; the bar splits"),
+        Line::from(" it by phase. A cgroup is its path below the cgroup2 mount"),
+        Line::from(" (\"(gone)\": removed since); a unit is its systemd unit or"),
         Line::from(" container id (12 digits)."),
     ];
     let w = area.width.min(84);

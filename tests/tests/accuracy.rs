@@ -256,7 +256,8 @@ fn libc_fork_residue_is_the_wrapper_and_one_cow_fault() {
 #[test]
 fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
     needs_root!();
-    const FORKS: usize = 9;
+    // As many as the page-table hint wants (`PAGETABLE_MIN_FORKS`).
+    const FORKS: usize = 10;
     const RESIDUE_NS: f64 = 100_000.0;
     let w = workload();
     let run = run_traced(
@@ -308,6 +309,21 @@ fn pagetable_copy_dominates_the_fork_of_a_1gib_parent() {
     assert!(
         median(&pt_shares) >= 0.9,
         "pagetable_copy < 90% of fork: {pt_shares:?}"
+    );
+    // The children _exit without exec: the hint offers huge pages, not posix_spawn.
+    let hints = &run.report["hints"];
+    let hint = hints
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["rule"] == "pagetable_copy")
+        .and_then(|h| h["text"].as_str())
+        .unwrap_or_else(|| panic!("no pagetable_copy hint in {hints:#}"));
+    assert!(
+        hint.contains(&format!(
+            "× {FORKS} forks; its children run on without exec"
+        )) && hint.contains("transparent huge pages"),
+        "{hint}"
     );
 }
 

@@ -101,6 +101,11 @@ pub struct GroupRow {
     /// the hints; not in the JSON.
     #[serde(skip)]
     pub failed_exec_searches: BTreeMap<String, u64>,
+    /// The group's processes whose page-table copy was measured and that never exec'd: they
+    /// ran on in their parent's image (a snapshot, a worker), where posix_spawn and vfork
+    /// are no alternative to fork. For the hints; not in the JSON.
+    #[serde(skip)]
+    pub pagetable_copies_without_exec: u64,
     /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
     pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
@@ -307,6 +312,7 @@ struct Group {
     failed_execs: u64,
     failed_exec_paths: HashMap<Shared, u64>,
     failed_exec_searches: HashMap<Vec<u8>, u64>,
+    pagetable_copies_without_exec: u64,
     ld_objects: (u64, u64),
     methods: BTreeMap<&'static str, u64>,
     values: Phased,
@@ -347,6 +353,9 @@ impl Group {
         self.processes += 1;
         *self.methods.entry(p.method.name()).or_default() += 1;
         self.values.add(ph);
+        if ph.get(Phase::PagetableCopy).is_some() && !p.execs.iter().any(|e| e.errno == 0) {
+            self.pagetable_copies_without_exec += 1;
+        }
         for ld in &p.lds {
             if ld.outcome == forkprof_common::ld_outcome::COMPLETE {
                 self.ld_objects.0 = self
@@ -395,6 +404,7 @@ impl Group {
                 .iter()
                 .map(|(name, n)| (escape(name), *n))
                 .collect(),
+            pagetable_copies_without_exec: self.pagetable_copies_without_exec,
             ld_objects_mean: (self.ld_objects.1 > 0)
                 .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),
             methods: self.methods,

@@ -247,6 +247,54 @@ fn hint_pagetable_copy_needs_many_slow_forks() {
     assert!(!hints_of(&few).contains(&"pagetable_copy"));
 }
 
+/// The page-table copy's advice follows what the children did after the fork: exec'd
+/// (posix_spawn or vfork), ran on in the parent's image (huge pages), or some of each.
+#[test]
+fn hint_pagetable_copy_advice_follows_whether_the_children_exec() {
+    // A parent whose first `execing` children exec /bin/cc and the rest exit unexec'd, each
+    // fork's page-table copy 2 ms.
+    let forks = |n: u32, execing: u32| {
+        children(b"/usr/bin/redis-server", n, |t, root, c, i| {
+            let Record::Spawn(mut s) = spawn(root, c, 56, SIGCHLD) else {
+                unreachable!()
+            };
+            s.pagetable_copy_ns = 2_000_000;
+            t.ingest(Record::Spawn(s));
+            if i < execing {
+                t.ingest(exec(c, c.start_ns + 200_000, b"/bin/cc", 0, 1));
+            }
+            t.ingest(exit(c, 0));
+        })
+    };
+    let hint = |t: &Trace| {
+        let text = hint_text(t, "pagetable_copy");
+        assert!(
+            text.starts_with(
+                "`redis-server` forks with a large address space: page-table copy 2.0 ms per fork × 12 forks; "
+            ),
+            "{text}"
+        );
+        text
+    };
+    let all = hint(&forks(12, 12));
+    assert!(
+        all.ends_with("its children exec: posix_spawn or vfork avoids it"),
+        "{all}"
+    );
+    let none = hint(&forks(12, 0));
+    assert!(
+        none.contains("its children run on without exec")
+            && none.contains("posix_spawn and vfork cannot replace fork")
+            && none.contains("copy one entry per 2 MiB instead of 512"),
+        "{none}"
+    );
+    let some = hint(&forks(12, 5));
+    assert!(
+        some.contains("5 of those children exec'd, for which posix_spawn or vfork avoids it; for the 7 that run on without exec, transparent huge pages"),
+        "{some}"
+    );
+}
+
 #[test]
 fn hint_dynamic_linking_when_ld_dominates() {
     // ld_map + ld_reloc_init (200+50 us) of fork (10 us) + exec (100 us) + ld_* (150+200+50

@@ -4,6 +4,8 @@
  *   driver METHOD ITERATIONS [PROGRAM ARGS...]
  *     METHOD: fork | vfork | posix_spawn. The child _exit(0)s, or execs PROGRAM.
  *     FP_RSS_MIB=N: touch N MiB (no transparent huge pages) before the loop.
+ *     FP_RSS_HUGE=1: in transparent huge pages instead (MADV_HUGEPAGE, the mapping aligned to
+ *       2 MiB), where the kernel gives them.
  *     FP_CPU=N: run on CPU N only, and so do the children, which inherit the affinity. Without
  *       it the scheduler may start each child on another CPU, and the cross-CPU wake-ups
  *       that follow can cost more than the spawn itself (tens of µs on a VM).
@@ -53,10 +55,14 @@ int main(int argc, char **argv) {
     char **prog = argc > 3 ? argv + 3 : NULL;
     const char *rss = getenv("FP_RSS_MIB");
     if (rss && atol(rss) > 0) {
-        size_t len = (size_t)atol(rss) << 20;
-        char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t len = (size_t)atol(rss) << 20, huge = 2 << 20;
+        const char *want_huge = getenv("FP_RSS_HUGE");
+        int hugepages = want_huge && strcmp(want_huge, "1") == 0;
+        /* One huge page more, so that the touched range can start on a 2 MiB boundary. */
+        char *p = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p == MAP_FAILED) { perror("mmap"); return 1; }
-        madvise(p, len, MADV_NOHUGEPAGE);
+        if (hugepages) p = (char *)(((size_t)p + huge - 1) & ~(huge - 1));
+        madvise(p, len, hugepages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
         for (size_t i = 0; i < len; i += 4096) p[i] = 1;
     }
     const char *cpu = getenv("FP_CPU");

@@ -919,6 +919,8 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             "fork rss 0",
             "--rows",
             "fork rss 64",
+            "--rows",
+            "256 MiB",
         ])
         .output()
         .unwrap();
@@ -928,6 +930,22 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The huge-page row runs where the kernel gives transparent huge pages, and says why not
+    // elsewhere.
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|m| !m.contains("[never]"));
+    if !thp {
+        assert_eq!(
+            doc["skipped"],
+            serde_json::json!(["fork 256 MiB huge pages"])
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("skipped: transparent huge pages are off"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Pinned by default, to a CPU forkprof may use.
     assert!(doc["cpu"].as_u64().is_some(), "{}", doc["cpu"]);
     let rows = doc["rows"].as_array().unwrap();
@@ -942,8 +960,10 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             "fork+exec static",
             "vfork+exec static",
             "fork rss 0 MiB",
-            "fork rss 64 MiB"
-        ]
+            "fork rss 64 MiB",
+            "fork rss 256 MiB",
+            "fork 256 MiB huge pages"
+        ][..if thp { 10 } else { 9 }]
     );
     for r in rows {
         assert!(r["us_per_iter"].as_f64().unwrap() > 0.0, "{r}");
@@ -993,6 +1013,22 @@ fn bench_runs_its_built_in_workloads_and_explains_the_ratios() {
             .unwrap()
             < 1.0
     );
+    // With huge pages, fork copies one entry per 2 MiB instead of 512 4 KiB ones: the
+    // 256 MiB's share of the page-table copy falls 512 times, and what is left is the
+    // driver's other mappings, which the empty parent copies too (`fork rss 0 MiB`, a
+    // hundredth of the 256 MiB copy on the hosts measured). So a quarter is far above what
+    // huge pages leave, and far below the small pages' copy.
+    if thp {
+        let copy = |row: &serde_json::Value| row["phases_us"]["pagetable_copy"].as_f64().unwrap();
+        let (small, huge) = (copy(&rows[8]), copy(&rows[9]));
+        assert!(
+            huge < 0.25 * small,
+            "page-table copy of 256 MiB: {huge:.1} µs in huge pages, {small:.1} in small ones"
+        );
+        let r = ratio("huge/small pages, fork of 256 MiB");
+        assert_eq!(r["measured"], "turns", "{r}");
+        assert!(r["value"].as_f64().unwrap() < 0.5, "{r}");
+    }
     // A 64 MiB parent forks slower than an empty one, so the slope is positive.
     assert!(
         ratio("fork slope per GiB of RSS")["value"]

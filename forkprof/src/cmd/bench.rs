@@ -15,7 +15,9 @@ use crate::cli::BenchArgs;
 use crate::elf::InterpCache;
 use crate::loader;
 use crate::model::Report;
-use crate::model::bench::{RATIOS, RowResult, SLOPE, SWEEP_BASELINE, SWEEP_PREFIX, Turns, ratios};
+use crate::model::bench::{
+    HUGE_PAGES_ROW, RATIOS, RowResult, SLOPE, SWEEP_BASELINE, SWEEP_PREFIX, Turns, ratios,
+};
 use crate::model::phases::{Phase, PhaseMap};
 use crate::model::report::Context as ReportContext;
 use crate::model::report::ProcessRow;
@@ -55,6 +57,8 @@ struct Spec {
     program: Option<&'static str>,
     args: &'static [&'static str],
     rss_mib: u64,
+    /// The parent's `rss_mib` in transparent huge pages (`FP_RSS_HUGE`).
+    huge_pages: bool,
     iterations: u64,
     quick_iterations: u64,
 }
@@ -72,6 +76,7 @@ const fn spec(
         program,
         args: &[],
         rss_mib: 0,
+        huge_pages: false,
         iterations: 1000,
         quick_iterations: 150,
     }
@@ -188,7 +193,34 @@ const SPECS: &[Spec] = &[
     rss("fork rss 64 MiB", 64, 300, 0),
     rss("fork rss 256 MiB", 256, 100, 30),
     rss("fork rss 1024 MiB", 1024, 30, 0),
+    // Not "fork rss ...": not a point of the sweep, whose slope is per GiB of small pages.
+    Spec {
+        huge_pages: true,
+        ..rss(HUGE_PAGES_ROW, 256, 100, 30)
+    },
 ];
+
+/// Why a row cannot run here, if it cannot: huge pages where the kernel gives none.
+fn unavailable(s: &Spec) -> Option<String> {
+    if !s.huge_pages {
+        return None;
+    }
+    const THP: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+    // "always [madvise] never": the bracketed word is the mode.
+    let mode = std::fs::read_to_string(THP).ok().and_then(|m| {
+        let (_, rest) = m.split_once('[')?;
+        Some(rest.split_once(']')?.0.to_string())
+    });
+    match mode.as_deref() {
+        Some("always" | "madvise") => None,
+        Some(mode) => Some(format!(
+            "transparent huge pages are off here ({THP}: {mode})"
+        )),
+        None => Some(format!(
+            "no transparent huge pages in this kernel ({THP} unreadable)"
+        )),
+    }
+}
 
 /// A private directory holding the workloads, readable by the user they run as.
 struct Workdir {
@@ -290,6 +322,10 @@ impl Bench {
     fn command(&self, s: &Spec, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
         cmd.env("FP_RSS_MIB", s.rss_mib.to_string());
+        match s.huge_pages {
+            true => cmd.env("FP_RSS_HUGE", "1"),
+            false => cmd.env_remove("FP_RSS_HUGE"),
+        };
         match self.cpu {
             Some(cpu) => cmd.env("FP_CPU", cpu.to_string()),
             None => cmd.env_remove("FP_CPU"),
@@ -631,6 +667,11 @@ pub fn run(args: BenchArgs) -> Result<i32> {
     for &(s, iterations) in &selected {
         eprint!("forkprof bench: {:<28} ", s.name);
         let _ = std::io::stderr().flush();
+        if let Some(why) = unavailable(s) {
+            eprintln!("skipped: {why}");
+            skipped.push(s.name);
+            continue;
+        }
         match bench.run_row(s, iterations)? {
             Some(r) => {
                 eprintln!("{:>9.1} µs/iter", r.us_per_iter);

@@ -190,7 +190,7 @@ pub fn slope_per_gib(points: &[(f64, f64)]) -> Option<f64> {
 }
 
 /// The classic ratios: (name, row a, row b), the ratio being a / b.
-pub const RATIOS: [(&str, &str, &str); 7] = [
+pub const RATIOS: [(&str, &str, &str); 8] = [
     (
         "vfork/fork, static parent",
         "vfork+_exit static parent",
@@ -226,7 +226,16 @@ pub const RATIOS: [(&str, &str, &str); 7] = [
         "vfork+exec dynamic",
         "fork+exec dynamic",
     ),
+    (
+        "huge/small pages, fork of 256 MiB",
+        HUGE_PAGES_ROW,
+        "fork rss 256 MiB",
+    ),
 ];
+
+/// The fork of a parent with 256 MiB written in transparent huge pages: one page-table entry
+/// to copy per 2 MiB instead of 512.
+pub const HUGE_PAGES_ROW: &str = "fork 256 MiB huge pages";
 
 /// The name of the RSS-sweep entry in `ratios` (and in the `turns` map given to it).
 pub const SLOPE: &str = "fork slope per GiB of RSS";

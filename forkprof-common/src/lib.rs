@@ -336,7 +336,8 @@ pub struct ExecAttemptRecord {
 pub struct LdRecord {
     pub hdr: RecordHeader,
     pub outcome: u32,
-    /// openat calls inside the window (ld.so.cache + each object opened).
+    /// openat calls inside the window: ld.so.cache, each object loaded, and each path its
+    /// search tried in vain (a RUNPATH's glibc-hwcaps directories, say).
     pub openat_count: u32,
     pub ld_start_ns: u64,
     pub ld_map_ns: u64,
@@ -350,6 +351,11 @@ pub struct LdRecord {
     /// `ld_outcome::NO_GLIBC_LD`). For a binary with no ELF interpreter this is `static_start`
     /// (CPU feature probes, tunables, IRELATIVE relocations, TLS, RELRO); 0 otherwise.
     pub static_start_ns: u64,
+    /// The objects ld.so loaded (`ld_map`): the openat calls after which the process's
+    /// mappings grew by two or more, as an object's segments make them grow (ld.so.cache,
+    /// one mapping, and a path that was not found, none, are not counted).
+    pub objects: u32,
+    pub _pad: u32,
 }
 
 /// A process (its last thread) exited.
@@ -394,6 +400,10 @@ pub struct ProcState {
     pub ld_t1: u64,
     pub ld_t2: u64,
     pub ld_openat: u32,
+    /// `mm_struct.map_count` at the window's last openat (0: none yet), and the objects
+    /// counted so far (`LdRecord::objects`).
+    pub ld_map_count: u32,
+    pub ld_objects: u32,
     /// 1 while this process is a fork child that has not exec'd or exited.
     pub in_cow_window: u32,
     /// Own copy-on-write faults inside the window.
@@ -519,6 +529,8 @@ pub struct KernelLayout {
     pub task_mm: u32,
     pub mm_arg_start: u32,
     pub mm_arg_end: u32,
+    /// `mm_struct.map_count`: the process's mappings (VMAs).
+    pub mm_map_count: u32,
     /// `linux_binprm.filename`, `.argc`.
     pub bprm_filename: u32,
     pub bprm_argc: u32,
@@ -587,7 +599,7 @@ const _: () = assert!(
     core::mem::size_of::<ExecRecord>()
         == 32 + 8 + 8 * 4 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + PATH_LEN + ARG_SLOTS * ARG_LEN
 );
-const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8);
+const _: () = assert!(core::mem::size_of::<LdRecord>() == 32 + 8 + 24 + 8 + 8 + 8 + 8);
 const _: () =
     assert!(core::mem::size_of::<ExitRecord>() == 32 + 8 + 8 + 8 + 8 + 8 + 8 + 8 + COMM_LEN);
 // The two records of `ExitRecords` lie end to end, as the agent reads them.

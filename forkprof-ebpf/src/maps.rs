@@ -165,6 +165,7 @@ pub(crate) static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     task_mm: 0,
     mm_arg_start: 0,
     mm_arg_end: 0,
+    mm_map_count: 0,
     bprm_filename: 0,
     bprm_argc: 0,
     task_thread_status: 0,

@@ -301,6 +301,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
     let member = |strukt: &str, name: &str| btf.offset(strukt, name);
     info.layout.mm_arg_start = member("mm_struct", "arg_start")?;
     info.layout.mm_arg_end = member("mm_struct", "arg_end")?;
+    info.layout.mm_map_count = member("mm_struct", "map_count")?;
     info.layout.bprm_filename = member("linux_binprm", "filename")?;
     info.layout.bprm_argc = member("linux_binprm", "argc")?;
     info.layout.task_thread_status = field("thread_info")? + member("thread_info", "status")?;
@@ -347,11 +348,11 @@ mod tests {
     /// struct signal_struct *signal; int comm; int start_time; int mm; struct thread_info
     /// thread_info; int exit_signal; }`, `struct thread_info { int flags; int status; }` (the real types
     /// differ; only the offsets matter here), `struct mm_struct { int x; int arg_start; int
-    /// arg_end; }`, `struct linux_binprm { int filename; int argc; }`, `struct signal_struct { int x; int live; }`, and
+    /// arg_end; int map_count; }`, `struct linux_binprm { int filename; int argc; }`, `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0linux_binprm\0filename\0argc\0thread_info\0flags\0status\0exit_signal\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0map_count\0linux_binprm\0filename\0argc\0thread_info\0flags\0status\0exit_signal\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -417,9 +418,22 @@ mod tests {
         // 10: pointer to it; 11: the typedef
         push(&[0, 2 << 24, 9]);
         push(&[s("btf_trace_sched_process_exit"), 8 << 24, 10]);
-        // 12: struct mm_struct { int x; int arg_start; int arg_end; }
-        push(&[s("mm_struct"), (4 << 24) | 3, 12]);
-        push(&[s("x"), 1, 0, s("arg_start"), 1, 32, s("arg_end"), 1, 64]);
+        // 12: struct mm_struct { int x; int arg_start; int arg_end; int map_count; }
+        push(&[s("mm_struct"), (4 << 24) | 4, 16]);
+        push(&[
+            s("x"),
+            1,
+            0,
+            s("arg_start"),
+            1,
+            32,
+            s("arg_end"),
+            1,
+            64,
+            s("map_count"),
+            1,
+            96,
+        ]);
         // 13: struct linux_binprm { int filename; int argc; }
         push(&[s("linux_binprm"), (4 << 24) | 2, 8]);
         push(&[s("filename"), 1, 0, s("argc"), 1, 32]);
@@ -450,7 +464,7 @@ mod tests {
         assert_eq!((l.task_pid, l.task_tgid, l.task_exit_code), (0, 4, 12));
         assert_eq!((l.task_signal, l.signal_live), (16, 4));
         assert_eq!((l.task_comm, l.task_start_time, l.task_mm), (24, 32, 40));
-        assert_eq!((l.mm_arg_start, l.mm_arg_end), (4, 8));
+        assert_eq!((l.mm_arg_start, l.mm_arg_end, l.mm_map_count), (4, 8, 12));
         assert_eq!((l.bprm_filename, l.bprm_argc), (0, 4));
         assert_eq!(l.task_thread_status, 52);
         assert_eq!(l.task_exit_signal, 56);

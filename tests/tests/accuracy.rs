@@ -726,6 +726,77 @@ fn exec_and_dynamic_linker_match_exec_to_main() {
     );
 }
 
+/// The objects ld.so loaded are the libraries `ldd` lists even where its search tries many
+/// paths in vain: with a RUNPATH of an empty directory, ld.so looks there (and in its
+/// glibc-hwcaps subdirectories) for each library before it finds it in the system's
+/// directories. Those opens fail; counting opens counted them as objects.
+#[test]
+fn ld_objects_are_the_libraries_not_the_paths_searched() {
+    needs_root!();
+    let fx = Fixtures::build();
+    let empty = fx.dir.join("empty-runpath");
+    std::fs::create_dir_all(&empty).unwrap();
+    let main_c = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/main_time.c");
+    let runpath = format!("-Wl,-rpath,{}", empty.display());
+    forkprof_tests::gcc(
+        &fx.dir,
+        &[
+            "-O2",
+            "-o",
+            "main_runpath",
+            main_c.to_str().unwrap(),
+            &runpath,
+            "-Wl,--no-as-needed",
+            "-lssl",
+            "-lcrypto",
+            "-lz",
+            "-lm",
+        ],
+    );
+    let binary = fx.dir.join("main_runpath");
+    let db = fx.dir.join("runpath.db");
+    let script = format!(
+        "for i in 1 2 3 4 5; do {} >/dev/null; done",
+        binary.display()
+    );
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &["sh", "-c", &script],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let libraries = shared_libraries(&fx, "main_runpath");
+    let group = run.report["groups"]["binary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["binary"].as_str().unwrap().ends_with("main_runpath"))
+        .unwrap_or_else(|| panic!("no group for main_runpath"));
+    assert_eq!(group["processes"], 5, "{group}");
+    assert_eq!(
+        group["ld_objects_mean"].as_f64(),
+        Some(libraries as f64),
+        "main_runpath: objects ld.so loaded, against ldd's {libraries}"
+    );
+    // The test holds only if the search did try paths in vain: more opens than the
+    // libraries and ld.so.cache.
+    let out = Command::new("sqlite3")
+        .arg(&db)
+        .arg("SELECT min(openat_count) FROM lds WHERE outcome = 'complete' AND objects > 0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let opens: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(
+        opens > libraries + 1,
+        "ld.so opened {opens} paths for {libraries} libraries: no search in vain to tell apart"
+    );
+}
+
 /// `--precise-ld`: uprobes give the outer edges of the dynamic linker, constructors included:
 /// ld_reloc_init ends at libc's `__libc_start_main`, so exec + ld_* leaves out only its way
 /// to main (the program's own init_array, its first page faults) and the uprobe's trap.

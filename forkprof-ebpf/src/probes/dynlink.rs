@@ -18,7 +18,7 @@ use forkprof_common::{
     ld_state, nr, stat,
 };
 
-use crate::maps::{self, EVENTS};
+use crate::maps::{self, BtfPtr, EVENTS, kernel_layout};
 
 const ARCH_SET_FS: u64 = 0x1002;
 const PROT_READ: u64 = 0x1;
@@ -58,8 +58,10 @@ pub fn on_syscall(arg: impl Fn(u32) -> u64, id: i64) {
         ld_state::MAP => {
             if id == nr::OPENAT {
                 ps.ld_openat += 1;
+                count_object(ps);
             } else if id == nr::ARCH_PRCTL && set_fs() {
                 ps.ld_t2 = maps::now();
+                count_object(ps);
                 ps.ld_state = ld_state::RELOC;
             }
         }
@@ -82,6 +84,22 @@ pub fn on_syscall(arg: impl Fn(u32) -> u64, id: i64) {
     if ps.ld_syscalls > LD_MAX_SYSCALLS {
         close(ps, ld_outcome::INCOMPLETE);
     }
+}
+
+/// At an openat of the mapping window, and at its end: whether the openat before loaded an
+/// object. An object's segments are two mappings or more (four, with a separate code
+/// segment); ld.so.cache is one, and a path its search did not find is none. Counting opens
+/// instead counted every such path (dozens for a binary with a RUNPATH, whose glibc-hwcaps
+/// subdirectories ld.so tries for each library).
+#[inline(always)]
+fn count_object(ps: &mut ProcState) {
+    let maps = BtfPtr::current_task()
+        .ptr_at(kernel_layout!(task_mm))
+        .u32_at(kernel_layout!(mm_map_count));
+    if ps.ld_map_count != 0 && maps >= ps.ld_map_count.saturating_add(2) {
+        ps.ld_objects += 1;
+    }
+    ps.ld_map_count = maps;
 }
 
 /// uprobe on ld.so's `_dl_debug_state`: its first call ends `ld_start`; later ones are ignored.
@@ -140,8 +158,13 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     };
     let end = maps::now();
     let (t0, t1, t2) = (ps.ld_t0, ps.ld_t1, ps.ld_t2);
-    let (openat, syscalls, atime_count, atime_ns) =
-        (ps.ld_openat, ps.ld_syscalls, ps.atime_count, ps.atime_ns);
+    let (openat, objects, syscalls, atime_count, atime_ns) = (
+        ps.ld_openat,
+        ps.ld_objects,
+        ps.ld_syscalls,
+        ps.atime_count,
+        ps.atime_ns,
+    );
     abandon(ps);
     ps.atime_count = 0;
     ps.atime_ns = 0;
@@ -153,6 +176,7 @@ pub fn close(ps: &mut ProcState, outcome: u32) {
     rec.hdr.proc = key;
     rec.outcome = outcome;
     rec.openat_count = openat;
+    rec.objects = objects;
     rec.syscalls = syscalls;
     rec.atime_count = atime_count;
     rec.atime_ns = atime_ns;

@@ -426,6 +426,8 @@ fn finish(
             ps.ld_t0 = end;
             ps.ld_syscalls = 0;
             ps.ld_openat = 0;
+            ps.ld_map_count = 0;
+            ps.ld_objects = 0;
         }
     }
     let (atime_count, atime_ns, child_run_ns) = (ps.atime_count, ps.atime_ns, ps.child_run_ns);

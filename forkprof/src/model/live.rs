@@ -2,7 +2,6 @@
 //! process is finished (its phases computed) at the first sweep after its exit record, or,
 //! while its parent's spawn record is still to come, once `GRACE_NS` has passed; then it is
 //! dropped, so memory is bounded by the processes alive.
-use forkprof_common::ld_outcome;
 
 use super::Method;
 use super::method::Spawned;
@@ -43,8 +42,6 @@ pub struct Finished {
     pub parent_binary: Shared,
     pub method: Method,
     pub phases: Phases,
-    /// dynamic-linker objects opened (ld.so.cache excluded), when measured.
-    pub ld_objects: Option<u32>,
     /// Its cgroup v2 id (where it exec'd last, else where it was created, else where it exited;
     /// 0: not known).
     pub cgroup_id: u64,
@@ -157,11 +154,6 @@ impl Live {
             parent_binary,
             method: p.method,
             phases,
-            ld_objects: p
-                .lds
-                .iter()
-                .find(|l| l.outcome == ld_outcome::COMPLETE)
-                .map(|l| l.openat_count.saturating_sub(1)),
             cgroup_id: p.cgroup_id(),
             cgroup: super::cgroup::label(&self.trace, p),
         }

@@ -106,7 +106,8 @@ pub struct GroupRow {
     /// are no alternative to fork. For the hints; not in the JSON.
     #[serde(skip)]
     pub pagetable_copies_without_exec: u64,
-    /// Mean number of objects ld.so opened (ld.so.cache excluded), where measured.
+    /// Mean number of objects ld.so loaded (not counting ld.so.cache, or the paths a library
+    /// search tried in vain), where measured.
     pub ld_objects_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
     pub phases: PhaseMap<Summary>,
@@ -305,6 +306,16 @@ pub fn escape(bytes: &[u8]) -> String {
     out
 }
 
+/// The objects ld.so loaded for the binary a process ran last: its last dynamic-linker
+/// window's, if that one completed (an earlier exec's window is another binary's, such as a
+/// wrapper that exec'd the real program).
+fn last_binary_objects(p: &Process) -> Option<u32> {
+    p.lds
+        .last()
+        .filter(|l| l.outcome == forkprof_common::ld_outcome::COMPLETE)
+        .map(|l| l.objects)
+}
+
 #[derive(Clone, Default)]
 struct Group {
     processes: u64,
@@ -356,14 +367,9 @@ impl Group {
         if ph.get(Phase::PagetableCopy).is_some() && !p.execs.iter().any(|e| e.errno == 0) {
             self.pagetable_copies_without_exec += 1;
         }
-        for ld in &p.lds {
-            if ld.outcome == forkprof_common::ld_outcome::COMPLETE {
-                self.ld_objects.0 = self
-                    .ld_objects
-                    .0
-                    .saturating_add(u64::from(ld.openat_count.saturating_sub(1)));
-                self.ld_objects.1 += 1;
-            }
+        if let Some(objects) = last_binary_objects(p) {
+            self.ld_objects.0 = self.ld_objects.0.saturating_add(u64::from(objects));
+            self.ld_objects.1 += 1;
         }
     }
 

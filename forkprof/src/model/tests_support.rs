@@ -73,6 +73,7 @@ pub fn ld(proc: ProcKey, outcome: u32) -> Record {
         hdr: hdr(kind::LD, 0, proc),
         outcome,
         openat_count: 2,
+        objects: 1,
         ld_start_ns: 150_000,
         ld_map_ns: 200_000,
         ld_reloc_init_ns: 50_000,

@@ -330,7 +330,6 @@ mod tests {
             parent_binary: parent.as_bytes().into(),
             method: Method::Fork,
             phases,
-            ld_objects: None,
             cgroup_id: id,
             cgroup: cgroup.as_bytes().into(),
         }

@@ -102,6 +102,8 @@ pub struct Ld {
     /// `ld_outcome::*`.
     pub outcome: u32,
     pub openat_count: u32,
+    /// The objects ld.so loaded (`LdRecord::objects`).
+    pub objects: u32,
     pub ld_start_ns: u64,
     pub ld_map_ns: u64,
     pub ld_reloc_init_ns: u64,
@@ -116,6 +118,7 @@ impl From<&LdRecord> for Ld {
             ts_ns: r.hdr.ts_ns,
             outcome: r.outcome,
             openat_count: r.openat_count,
+            objects: r.objects,
             ld_start_ns: r.ld_start_ns,
             ld_map_ns: r.ld_map_ns,
             ld_reloc_init_ns: r.ld_reloc_init_ns,

@@ -214,7 +214,7 @@ impl<'a> Timeline<'a> {
                 Phase::LdMap.name(),
                 map,
                 ld.ld_map_ns,
-                json!({"objects": ld.openat_count.saturating_sub(1)}),
+                json!({"objects": ld.objects}),
             )?;
             self.slice(
                 id,

@@ -542,7 +542,6 @@ mod tests {
                 parent_binary: b"/bin/sh".as_slice().into(),
                 method: crate::model::Method::Fork,
                 phases,
-                ld_objects: None,
                 cgroup_id: 1,
                 cgroup: cgroup.as_bytes().into(),
             }

@@ -113,6 +113,7 @@ impl Sim {
                 hdr: hdr(forkprof_common::kind::LD, t, k),
                 outcome: ld_outcome::COMPLETE,
                 openat_count: 2 + self.rng.below(6) as u32,
+                objects: 1 + self.rng.below(6) as u32,
                 ld_start_ns: 100 * US + self.rng.below(300 * US),
                 ld_map_ns: 50 * US + self.rng.below(500 * US),
                 ld_reloc_init_ns: 20 * US + self.rng.below(200 * US),

@@ -13,7 +13,7 @@ pub use writer::Writer;
 /// 4: the `found` table (processes that existed before tracing, labelled from /proc).
 /// 5: `spawns.cgroup_id`, `execs.cgroup_id` and the `cgroups` table (id -> path).
 /// 6: `exits.cgroup_id`.
-pub const RECORDING_SCHEMA: u32 = 6;
+pub const RECORDING_SCHEMA: u32 = 7;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

@@ -445,9 +445,15 @@ impl Recording {
             (
                 format!(
                     "SELECT pid, start_ns, ts_ns, outcome, openat_count, {}, ld_start_ns,
-                            ld_map_ns, ld_reloc_init_ns, atime_count, atime_ns, {} FROM lds",
+                            ld_map_ns, ld_reloc_init_ns, atime_count, atime_ns, {}, {} FROM lds",
                     unused("syscalls"),
-                    v2("static_start_ns")
+                    v2("static_start_ns"),
+                    // Before schema 7, the objects were the opens less ld.so.cache's.
+                    if self.schema_version() >= 7 {
+                        "objects"
+                    } else {
+                        "max(openat_count - 1, 0)"
+                    }
                 ),
                 ld_row,
             ),
@@ -541,6 +547,8 @@ fn ld_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
         atime_count: r.get(9)?,
         atime_ns: ns(r, 10)?,
         static_start_ns: ns(r, 11)?,
+        objects: r.get(12)?,
+        _pad: 0,
     }))
 }
 

@@ -23,7 +23,8 @@ CREATE TABLE lds (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
     outcome TEXT NOT NULL, openat_count INTEGER NOT NULL, syscalls INTEGER NOT NULL,
     ld_start_ns INTEGER NOT NULL, ld_map_ns INTEGER NOT NULL, ld_reloc_init_ns INTEGER NOT NULL,
-    atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL, static_start_ns INTEGER NOT NULL);
+    atime_count INTEGER NOT NULL, atime_ns INTEGER NOT NULL, static_start_ns INTEGER NOT NULL,
+    objects INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE exits (
     pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, ts_ns INTEGER NOT NULL,
     exit_code INTEGER NOT NULL, notified INTEGER NOT NULL, exit_teardown_ns INTEGER NOT NULL,

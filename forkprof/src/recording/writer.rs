@@ -114,7 +114,7 @@ impl<'t> Inserts<'t> {
                 "INSERT INTO execs VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)",
             )?,
             lds: tx
-                .prepare_cached("INSERT INTO lds VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)")?,
+                .prepare_cached("INSERT INTO lds VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)")?,
             exits: tx.prepare_cached(
                 "INSERT INTO exits VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
             )?,
@@ -191,6 +191,7 @@ impl<'t> Inserts<'t> {
                     r.atime_count,
                     r.atime_ns as i64,
                     r.static_start_ns as i64,
+                    r.objects,
                 ])?;
             }
             Record::Exit(r) => {

@@ -1060,6 +1060,23 @@ pub fn open_window_counters(id: &str) -> Option<Vec<u64>> {
     )
 }
 
+/// Runs `sh -c SCRIPT` and asserts that it succeeded.
+pub fn sh(script: &str) {
+    let status = Command::new("sh").args(["-c", script]).status().unwrap();
+    assert!(status.success(), "sh -c {script:?}: {status}");
+}
+
+/// The output of `sqlite3 FILE SQL` (the shell people query recordings with), trimmed.
+pub fn sqlite(file: &Path, sql: &str) -> String {
+    let out = Command::new("sqlite3").arg(file).arg(sql).output().unwrap();
+    assert!(
+        out.status.success(),
+        "sqlite3: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

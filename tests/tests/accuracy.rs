@@ -5,7 +5,7 @@ use std::process::Command;
 
 use forkprof_tests::{
     Run, SYSCALL_EVENTS_SOURCE, SYSCALL_FUNCTIONS_SOURCE, SYSCALL_TRACEPOINTS_SOURCE, needs_root,
-    run_traced, run_traced_with, tempdir, workload,
+    run_traced, run_traced_with, sqlite, tempdir, workload,
 };
 use serde_json::Value;
 
@@ -780,17 +780,12 @@ fn ld_objects_are_the_libraries_not_the_paths_searched() {
     );
     // The test holds only if the search did try paths in vain: more opens than the
     // libraries and ld.so.cache.
-    let out = Command::new("sqlite3")
-        .arg(&db)
-        .arg("SELECT min(openat_count) FROM lds WHERE outcome = 'complete' AND objects > 0")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let opens: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let opens: usize = sqlite(
+        &db,
+        "SELECT min(openat_count) FROM lds WHERE outcome = 'complete' AND objects > 0",
+    )
+    .parse()
+    .unwrap();
     assert!(
         opens > libraries + 1,
         "ld.so opened {opens} paths for {libraries} libraries: no search in vain to tell apart"

@@ -4,7 +4,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use forkprof_tests::{
-    Killed, Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape, tempdir,
+    Killed, Tmux, forkprof, free_port, monitor, needs_root, prometheus, query, scrape, sh, tempdir,
     wait_for, wait_until_recording,
 };
 
@@ -200,13 +200,7 @@ fn top_counts_a_burst_in_the_interval_it_ends_in() {
         std::thread::sleep(
             (tick + Duration::from_millis(2400)).saturating_duration_since(Instant::now()),
         );
-        assert!(
-            Command::new("sh")
-                .args(["-c", &script])
-                .status()
-                .unwrap()
-                .success()
-        );
+        sh(&script);
         let ended = Instant::now();
         let (at, rows) = next_block(&rx);
         let total = rows
@@ -371,13 +365,7 @@ fn monitor_is_scraped_by_a_real_prometheus() {
     let (_prometheus, prom) = prometheus(&dir, port);
     let before = query(prom, "sum(forkprof_execs_total{result=\"ok\"})").unwrap_or(0.0);
     let (_, script) = probe(&dir, "fp-mon-probe", 50);
-    assert!(
-        Command::new("sh")
-            .args(["-c", &script])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sh(&script);
     // Finished processes reach the metrics at the next update after their exit, then one
     // scrape.
     let spawns = wait_for("the probe's series", Duration::from_secs(30), || {

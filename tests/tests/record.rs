@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use forkprof_tests::{
-    forkprof, needs_root, run_traced_with, tempdir, wait_until_recording, workload,
+    forkprof, needs_root, run_traced_with, sh, sqlite, tempdir, wait_until_recording, workload,
 };
 use serde_json::Value;
 
@@ -25,16 +25,6 @@ fn report_json(file: &Path, extra: &[&str]) -> (i32, Value, String) {
         json,
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn sqlite(file: &Path, sql: &str) -> String {
-    let out = Command::new("sqlite3").arg(file).arg(sql).output().unwrap();
-    assert!(
-        out.status.success(),
-        "sqlite3: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
@@ -244,13 +234,7 @@ fn record_system_wide_for_a_duration() {
         .spawn()
         .unwrap();
     wait_until_recording(&mut rec);
-    assert!(
-        Command::new("sh")
-            .args(["-c", &script])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sh(&script);
     let status = rec.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     let (code, rep, err) = report_json(&db, &[]);
@@ -502,13 +486,7 @@ fn record_p_follows_one_tree_only() {
         .unwrap();
     wait_until_recording(&mut rec);
     // Outside the tree: the same binary, 30 more times.
-    assert!(
-        Command::new("sh")
-            .args(["-c", &script])
-            .status()
-            .unwrap()
-            .success()
-    );
+    sh(&script);
     std::fs::write(&go, "").unwrap();
     assert!(tree.wait().unwrap().success());
     // SAFETY: plain syscall.

@@ -127,9 +127,11 @@ pub fn run(args: &DoctorArgs) -> Result<i32> {
             let state = match reason {
                 None if h.used => format!("{} (used)", h.status),
                 None => h.status.to_string(),
-                Some(e) if served.contains(h.job) => {
-                    format!("{} (the job uses another source): {e}", h.status)
-                }
+                // "failed (optional; the job uses another source)", not two parentheses.
+                Some(e) if served.contains(h.job) => match h.status.strip_suffix(')') {
+                    Some(open) => format!("{open}; the job uses another source): {e}"),
+                    None => format!("{} (the job uses another source): {e}", h.status),
+                },
                 Some(e) => format!("{}: {e}", h.status),
             };
             [h.hook.to_string(), job, state]

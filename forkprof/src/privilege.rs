@@ -266,6 +266,23 @@ pub fn may_write(path: &Path) -> Result<(), String> {
             }
         } else if !check(dir)? {
             anyhow::bail!("directory {} is not writable{by}", dir.display());
+        } else {
+            // Permission bits are not the whole answer: a pseudo-filesystem (/proc, /sys)
+            // says root may write a directory where no file can be made. So a new file is
+            // made here, and removed, rather than after a long trace.
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+            {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                // Made meanwhile by someone else: writing it is decided then.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => anyhow::bail!("cannot create a file in {}: {e}", dir.display()),
+            }
         }
         Ok(())
     })

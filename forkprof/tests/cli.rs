@@ -54,6 +54,44 @@ fn empty_or_inverted_ranges_are_refused() {
     assert_refused(&["report", db, "--from", "1e300"], "longer than any clock");
 }
 
+/// An output no file can be made in is refused when the command line is parsed, before
+/// anything is loaded: /proc passes a permission check for root, yet holds no new file (a
+/// recording into it used to fail after the programs had loaded, with exit 1). Nothing is
+/// left behind where the file can be made.
+#[test]
+fn an_output_where_no_file_can_be_made_is_refused_at_once() {
+    assert_refused(
+        &["record", "-o", "/proc/forkprof-test.db", "--duration", "1s"],
+        "/proc",
+    );
+    let db = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo.db");
+    assert_refused(
+        &[
+            "report",
+            db.to_str().unwrap(),
+            "--flamegraph",
+            "/sys/forkprof-test.svg",
+        ],
+        "/sys",
+    );
+    // The file made to find out is gone again: a report refused for its recording (after the
+    // command line was parsed) leaves no flame graph.
+    let dir = tempdir("probe");
+    let svg = dir.join("spawn.svg");
+    let missing = dir.join("missing.db");
+    assert_refused(
+        &[
+            "report",
+            missing.to_str().unwrap(),
+            "--flamegraph",
+            svg.to_str().unwrap(),
+        ],
+        "missing.db",
+    );
+    assert!(!svg.exists(), "{} left behind", svg.display());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn an_existing_recording_is_not_overwritten_without_force() {
     let dir = tempdir("force");

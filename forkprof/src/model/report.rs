@@ -652,8 +652,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
         if ctx.filter.is_active() {
             self.filtered_threads += u64::from(p.threads);
         }
-        let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
-        let ph = Phases::of(p, is_static);
+        let ph = Phases::of(p, super::processes::is_static(p, &bins.last, ctx.is_static));
         let summary = &mut self.summary;
         summary.processes += 1;
         if p.exit.is_none() {

@@ -182,15 +182,22 @@ fn pair_medians(out: &std::process::Output) -> (f64, f64) {
     )
 }
 
+/// How many pairs the spawn_pairs tests time. One spawn of a program that does nothing
+/// varies by hundreds of microseconds (migrations, the other tests' processes): at 20 pairs
+/// the median difference of two servers' spawns moved by ±400 µs from run to run, and a CI
+/// run saw 1692 µs for the 2 ms spin. At 200 pairs its 90% interval is about ±30 µs, so the
+/// 100 µs margin below the spin is more than three times that, for 0.8 s of spawning.
+const PAIRS: &str = "200";
+
 #[test]
 fn spawn_pairs_args_times_a_spawn_without_arguments_less_one_with() {
     let (dir, bin, spin) = spawn_pairs();
     let out = Command::new(&bin)
-        .args(["args", "20", spin.to_str().unwrap()])
+        .args(["args", PAIRS, spin.to_str().unwrap()])
         .output()
         .unwrap();
     // A (no arguments) spins 2 ms more than B, whose exec and start-up cost the same but for
-    // noise (a few microseconds at the median); rusage truncates to a microsecond. The wall
+    // noise (see PAIRS); rusage truncates to a microsecond. The wall
     // time's difference is at least the spin, and more when the tests beside this one take
     // the CPU from the spinner.
     let (wall, cpu) = pair_medians(&out);
@@ -228,10 +235,10 @@ fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
     let mut a = serve(spin.to_str().unwrap(), &req_a, &rep_a);
     let mut b = serve(spin_b, &req_b, &rep_b);
     let out = Command::new(&bin)
-        .args(["servers", "20", &req_a, &rep_a, &req_b, &rep_b])
+        .args(["servers", PAIRS, &req_a, &rep_a, &req_b, &rep_b])
         .output()
         .unwrap();
-    // The two builds' start-up costs the same but for noise.
+    // The two builds' start-up costs the same but for noise (see PAIRS).
     let (wall, cpu) = pair_medians(&out);
     assert!((1900.0..2500.0).contains(&cpu) && wall >= 1900.0, "{out:?}");
     // Each server returns once the client has closed its FIFO.

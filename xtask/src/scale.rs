@@ -121,7 +121,7 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
         let big = n > 2_000_000;
         let per_process: &[&str] = if big { &["--filter", "tool1"] } else { &[] };
         if !args.quick {
-            let more: [(&str, Vec<String>); 9] = [
+            let more: [(&str, Vec<String>); 10] = [
                 ("`--by parent`", fp(&["--by", "parent"])),
                 ("`--by ancestry`", fp(&["--by", "ancestry"])),
                 ("`--by unit`", fp(&["--by", "unit"])),
@@ -156,6 +156,14 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
                     fp(&[&["--perfetto", &out("t.json")][..], per_process].concat()),
                 ),
                 ("`--format csv`", fp(&["--format", "csv"])),
+                (
+                    if big {
+                        "`--format csv --processes --filter tool1`"
+                    } else {
+                        "`--format csv --processes`"
+                    },
+                    fp(&[&["--format", "csv", "--processes"][..], per_process].concat()),
+                ),
             ];
             commands.extend(more.into_iter().map(|(a, b)| (a.to_string(), b)));
         }

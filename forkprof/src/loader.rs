@@ -1928,7 +1928,8 @@ mod tests {
         assert!(s.warning().unwrap().contains("FORKPROF_BENCH_BURN=500"));
         // A burn needs the empty programs, and a bound the verifier can follow.
         assert!(parse(None, None, Some("500"), None).is_err());
-        assert!(parse(Some("1"), None, Some("100001"), None).is_err());
+        assert!(parse(Some("1"), None, Some("50000"), None).is_ok());
+        assert!(parse(Some("1"), None, Some("50001"), None).is_err());
         assert!(parse(Some("1"), None, Some("-1"), None).is_err());
         assert_eq!(parse(None, None, Some("0"), None).unwrap().burn, 0);
         // So does the argv read, which is on or off.

@@ -258,10 +258,16 @@ fn wait_until_freed(ours: impl Fn(u32) -> bool) {
     }
 }
 
-/// Waits (up to 20 s) until process `parent` has a child whose comm is `comm` (the command
-/// `forkprof run` started), and returns that child's pid.
+/// How long a test waits for forkprof to be ready: its programs loaded and attached, its
+/// first line or its endpoint up. Seconds on the test VM, more on a slower host or under
+/// emulation; a longer wait costs nothing when things work, and a hang still fails.
+pub const READY: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Waits (up to `READY`) until process `parent` has a child whose comm is `comm` (the
+/// command `forkprof run` started, once the programs are attached), and returns that
+/// child's pid.
 pub fn wait_for_child(parent: u32, comm: &str) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + READY;
     loop {
         let kids = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
             .unwrap_or_default();
@@ -308,10 +314,10 @@ pub fn wait_until_ready(child: &mut std::process::Child, ready: &'static str) {
         }
         let _ = tx.send(Err(said.join("\n")));
     });
-    match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+    match rx.recv_timeout(READY) {
         Ok(Ok(())) => {}
         Ok(Err(said)) => panic!("the agent ended before saying {ready:?}: {said}"),
-        Err(_) => panic!("the agent did not say {ready:?} within 30 s"),
+        Err(_) => panic!("the agent did not say {ready:?} within {READY:?}"),
     }
 }
 

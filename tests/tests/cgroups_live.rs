@@ -64,7 +64,7 @@ fn monitor_counts_each_cgroup_exactly_as_prometheus_scrapes_it() {
     // that enters the top K later counts from then on; what it did before is in `other`).
     let _monitor = monitor(port, &["--top-cgroups", "1000"]);
     // /metrics answers once the programs are attached.
-    wait_for("/metrics", Duration::from_secs(30), || scrape(port));
+    wait_for("/metrics", forkprof_tests::READY, || scrape(port));
     let (_prometheus, prom) = prometheus(&dir, port);
     // Made after forkprof started: their names come from a walk of the hierarchy on a
     // miss, not from the one at start.
@@ -129,7 +129,7 @@ fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
             .spawn()
             .unwrap(),
     );
-    wait_for("/metrics", Duration::from_secs(30), || scrape(port));
+    wait_for("/metrics", forkprof_tests::READY, || scrape(port));
     let pid = mon.0.id();
     let attached = || {
         let tps = attached_tracepoints(pid);
@@ -154,18 +154,37 @@ fn monitor_attaches_and_detaches_the_ia32_hooks_for_a_32_bit_process() {
         Duration::from_secs(10),
         || (attached() == [true; 2]).then_some(()),
     );
-    // They attach within an update (500 ms) of wait32's first exec, and its two seconds
-    // leave at least 1.5 s of them: no detach while it lives.
+    // No detach while a 32-bit process of the group lives (wait32, then the spawner it
+    // execs): each look at the hooks follows a look at the group's processes, and a detach
+    // comes at least the linger after the last of them has gone. The hooks attach within an
+    // update (500 ms) of wait32's first exec and its two seconds leave about 1.5 s of looks;
+    // a host slow enough to leave fewer than three says so.
+    let live32 = || {
+        std::fs::read_to_string(group.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .any(|p| {
+                std::fs::read_link(format!("/proc/{p}/exe"))
+                    .is_ok_and(|exe| exe == wait32 || exe == spawn32)
+            })
+    };
     let since = Instant::now();
-    while since.elapsed() < Duration::from_millis(1200) {
+    let mut looks = 0;
+    while live32() {
         assert_eq!(
             attached(),
             [true; 2],
-            "while wait32 lives, after {:?}",
+            "while a 32-bit process lives, after {:?}",
             since.elapsed()
         );
+        looks += 1;
         std::thread::sleep(Duration::from_millis(50));
     }
+    assert!(
+        looks >= 3,
+        "the 32-bit processes were gone {:?} after the hooks attached ({looks} looks)",
+        since.elapsed()
+    );
     assert!(shell.wait().unwrap().success());
     wait_for(
         "sys_enter and sys_exit detached",
@@ -316,7 +335,7 @@ fn top_tui_shows_cgroups_and_units_and_cuts_long_paths_from_the_left() {
         &format!("{} top --by cgroup", forkprof().display()),
         "Enter",
     ]);
-    wait_for("top's header", Duration::from_secs(30), || {
+    wait_for("top's header", forkprof_tests::READY, || {
         let s = t.screen();
         (s.contains("by: cgroup") && s.contains("CGROUP")).then_some(())
     });

@@ -833,9 +833,7 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
     .collect();
     let port = free_port();
     let agent = monitor(port, &[]);
-    wait_for("monitor's /metrics", Duration::from_secs(20), || {
-        scrape(port)
-    });
+    wait_for("monitor's /metrics", forkprof_tests::READY, || scrape(port));
     let map = window_counters_map(agent.0.id()).expect("the agent's .bss map");
     let agent_pid = agent.0.id();
     std::thread::sleep(Duration::from_millis(500));

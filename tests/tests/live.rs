@@ -23,7 +23,7 @@ fn top_in_a_real_terminal() {
     let (_, script) = probe(&dir, "fp-top-probe", 100_000);
     let t = Tmux::new("fptop", 200);
     t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
-    wait_for("top's header", Duration::from_secs(20), || {
+    wait_for("top's header", forkprof_tests::READY, || {
         t.screen().contains("sort: spawns/s").then_some(())?;
         Some(String::new())
     });
@@ -153,7 +153,14 @@ fn top_counts_a_burst_in_the_interval_it_ends_in() {
     needs_root!();
     let dir = tempdir();
     const N: u32 = 20;
-    let (_, script) = probe(&dir, "fp-burst-probe", N);
+    // A probe of its own for each try, so that a try's row holds only its own burst.
+    let probes: Vec<(String, String)> = (0..3)
+        .map(|i| {
+            let name = format!("fp-burst-{i}");
+            let (_, script) = probe(&dir, &name, N);
+            (name, script)
+        })
+        .collect();
     let mut top = Killed(
         Command::new(forkprof())
             .args(["top", "--plain", "--interval", "3s", "--top", "100"])
@@ -194,19 +201,23 @@ fn top_counts_a_burst_in_the_interval_it_ends_in() {
     next_block(&rx);
     let (mut tick, _) = next_block(&rx);
     let mut tries = Vec::new();
-    for _ in 0..3 {
+    for (name, script) in &probes {
         // 2.4 s into a 3-second interval, a burst of N one-millisecond processes: it ends more
         // than 300 ms before the interval's end, and less than the old second.
         std::thread::sleep(
             (tick + Duration::from_millis(2400)).saturating_duration_since(Instant::now()),
         );
-        sh(&script);
+        sh(script);
         let ended = Instant::now();
         let (at, rows) = next_block(&rx);
-        let total = rows
+        // The interval's count of the probe (`total=` counts since top started).
+        let processes = rows
             .iter()
-            .find(|l| l.contains("fp-burst-probe"))
-            .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("total=")))
+            .find(|l| l.contains(name.as_str()))
+            .and_then(|l| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix("processes="))
+            })
             .and_then(|v| v.parse::<u32>().ok());
         // A slow burst that ran into the interval's end proves nothing: try again.
         if ended + Duration::from_millis(300) > at {
@@ -215,7 +226,7 @@ fn top_counts_a_burst_in_the_interval_it_ends_in() {
             continue;
         }
         assert_eq!(
-            total,
+            processes,
             Some(N),
             "the burst ended {:?} before the interval's line, whose rows are {rows:#?}",
             at - ended
@@ -227,7 +238,8 @@ fn top_counts_a_burst_in_the_interval_it_ends_in() {
 }
 
 /// A steady loop, as long as it lives: a uniquely named copy of `sleep`, run for 50 ms at a
-/// time, one line appended to a file per run, so that its real rate can be counted.
+/// time, one line appended to a file per run (the time it ended, bash's `$EPOCHREALTIME`),
+/// so that its real rate can be counted, over its life or over a window.
 struct Paced {
     child: Child,
     count: PathBuf,
@@ -239,7 +251,7 @@ impl Paced {
         std::fs::copy("/bin/sleep", &bin).unwrap();
         let count = dir.join(format!("{name}.count"));
         let script = format!(
-            "while :; do {} 0.05; echo >> {}; done",
+            "while :; do {} 0.05; echo $EPOCHREALTIME >> {}; done",
             bin.display(),
             count.display()
         );
@@ -251,6 +263,24 @@ impl Paced {
     fn runs(&self) -> usize {
         std::fs::read_to_string(&self.count).map_or(0, |s| s.lines().count())
     }
+
+    /// Runs of the probe that ended between `from` and `to` (seconds since the epoch).
+    fn runs_between(&self, from: f64, to: f64) -> usize {
+        std::fs::read_to_string(&self.count)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.parse::<f64>().ok())
+            .filter(|t| (from..to).contains(t))
+            .count()
+    }
+}
+
+/// Now, in seconds since the epoch (the clock of bash's `$EPOCHREALTIME`).
+fn epoch_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
 
 impl Drop for Paced {
@@ -278,7 +308,7 @@ fn top_shows_a_steady_rate_every_second() {
     let loop_ = Paced::start(&dir, "fp-steady-probe");
     let t = Tmux::new("fpsteady", 200);
     t.keys(&[&format!("{} top", forkprof().display()), "Enter"]);
-    wait_for("top's header", Duration::from_secs(20), || {
+    wait_for("top's header", forkprof_tests::READY, || {
         t.screen().contains("sort: spawns/s").then_some(())?;
         Some(String::new())
     });
@@ -323,29 +353,51 @@ fn top_once_shows_one_full_interval_with_rows() {
     needs_root!();
     let dir = tempdir();
     let loop_ = Paced::start(&dir, "fp-once-probe");
-    for interval in ["1s", "2s"] {
-        let (start, runs0) = (Instant::now(), loop_.runs());
-        let out = Command::new(forkprof())
+    for (interval, secs) in [("1s", 1.0), ("2s", 2.0)] {
+        let mut top = Command::new(forkprof())
             .args(["top", "--once", "--interval", interval, "--top", "100"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::piped())
+            .spawn()
             .unwrap();
-        let real = (loop_.runs() - runs0) as f64 / start.elapsed().as_secs_f64();
-        assert!(out.status.success());
-        let text = String::from_utf8_lossy(&out.stdout);
+        // The interval ends when its line is written: the runs that ended in the `secs`
+        // before are the ones it should count, whatever the loop's pace before or after (a
+        // stall of the loop slows both alike).
+        let mut text = String::new();
+        let mut ended = None;
+        for line in std::io::BufRead::lines(std::io::BufReader::new(top.stdout.take().unwrap())) {
+            let line = line.unwrap();
+            if line.starts_with("spawns/s=") {
+                ended.get_or_insert_with(epoch_s);
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        assert!(top.wait().unwrap().success(), "{text}");
         assert_eq!(
             text.lines().filter(|l| l.starts_with("spawns/s=")).count(),
             1,
             "{text}"
+        );
+        let ended = ended.unwrap();
+        let runs = loop_.runs_between(ended - secs, ended) as f64;
+        assert!(
+            runs >= 5.0 * secs,
+            "the loop ran {runs} times in the interval"
         );
         let rate = text
             .lines()
             .find(|l| l.contains("fp-once-probe"))
             .and_then(row_rate)
             .unwrap_or_else(|| panic!("--interval {interval}: no probe row in\n{text}"));
+        // A run at each edge may fall on either side (it ends, then its exit is seen a
+        // moment later), and the line is read a little after the interval's end: two runs
+        // and a tenth. Half an interval, the failure this looks for, is far outside.
+        let counted = rate * secs;
         assert!(
-            (rate - real).abs() <= 0.3 * real,
-            "--interval {interval}: probe row at {rate}/s, the loop at {real:.1}/s"
+            (counted - runs).abs() <= 2.0 + 0.1 * runs,
+            "--interval {interval}: probe row at {rate}/s ({counted} runs), the loop ran \
+             {runs} times in the interval's {secs} s before its line"
         );
     }
     drop(loop_);
@@ -361,7 +413,7 @@ fn monitor_is_scraped_by_a_real_prometheus() {
     // series from its first run, which is what makes its count exact (a binary that
     // enters the top K later counts from then on; what it did before is in `other`).
     let monitor = monitor(port, &["--top-binaries", "1000"]);
-    wait_for("/metrics", Duration::from_secs(20), || scrape(port));
+    wait_for("/metrics", forkprof_tests::READY, || scrape(port));
     let (_prometheus, prom) = prometheus(&dir, port);
     let before = query(prom, "sum(forkprof_execs_total{result=\"ok\"})").unwrap_or(0.0);
     let (_, script) = probe(&dir, "fp-mon-probe", 50);
@@ -485,7 +537,7 @@ fn idle_live_views_wake_only_to_update() {
     needs_root!();
     let port = free_port();
     let monitor = monitor(port, &[]);
-    wait_for("/metrics", Duration::from_secs(20), || scrape(port));
+    wait_for("/metrics", forkprof_tests::READY, || scrape(port));
     let monitor_wakeups = wakeups_in_3s(monitor.0.id());
     drop(monitor);
 

@@ -3,7 +3,6 @@
 //! `promtool check metrics` accepts what it serves (it used to fail on `unknown metric type
 //! "info"`, because OpenMetrics was served whatever the scraper asked for).
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use forkprof_tests::{curl, free_port, monitor, needs_root, wait_for};
 
@@ -39,7 +38,7 @@ fn both_exposition_formats_pass_promtool() {
     let port = free_port();
     let _monitor = monitor(port, &[]);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let text = wait_for("/metrics", Duration::from_secs(20), || {
+    let text = wait_for("/metrics", forkprof_tests::READY, || {
         scrape_as(&url, "text/plain;version=0.0.4")
     });
     assert!(

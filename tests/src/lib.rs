@@ -259,8 +259,9 @@ fn wait_until_freed(ours: impl Fn(u32) -> bool) {
 }
 
 /// How long a test waits for forkprof to be ready: its programs loaded and attached, its
-/// first line or its endpoint up. Seconds on the test VM, more on a slower host or under
-/// emulation; a longer wait costs nothing when things work, and a hang still fails.
+/// first line or its endpoint up. Seconds on the test VM; over 30 s in a qemu guest under
+/// TCG on a slow host (`cargo xtask vm-test` runs cgroups.rs there). A longer wait costs
+/// nothing when things work, and a hang still fails.
 pub const READY: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Waits (up to `READY`) until process `parent` has a child whose comm is `comm` (the

@@ -12,8 +12,8 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use forkprof_tests::{
-    Groups, HOT_TRACEPOINTS, attached_tracepoints, attached_trampolines, forkprof, in_group,
-    needs_root, recorded_sources, succeeded, syscalls_attached, tempdir, workload,
+    Groups, HOT_TRACEPOINTS, READY, attached_tracepoints, attached_trampolines, forkprof, in_group,
+    needs_root, recorded_sources, sh, succeeded, syscalls_attached, tempdir, workload,
 };
 use serde_json::Value;
 
@@ -115,12 +115,6 @@ fn each_cgroup_counts_its_own_spawns_and_a_move_counts_where_it_execd() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// How long a `record --cgroup` may take to say it is ready or armed. A ready agent says so
-/// at once; the bound only ends a test that would never pass. Loading and attaching every
-/// program takes seconds on the test VM, but took over 30 s in a qemu guest under TCG
-/// (`cargo xtask vm-test` runs this file there) on a slow host.
-const READY: Duration = Duration::from_secs(120);
-
 /// Starts `forkprof record --cgroup GROUP -o DB`, and waits (up to `READY`) until it says that
 /// tracing has started. Returns it with the rest of its stderr, line by line.
 fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
@@ -164,11 +158,6 @@ fn wait_armed(stderr: &Receiver<String>) {
             Err(_) => panic!("the hooks were not attached: {said:?}"),
         }
     }
-}
-
-fn sh(script: &str) {
-    let st = Command::new("sh").args(["-c", script]).status().unwrap();
-    assert!(st.success(), "{script}");
 }
 
 #[test]

@@ -526,12 +526,10 @@ fn spawn_storm_reconciles_with_the_workloads_own_count() {
             "seen {seen} + lost {lost} vs {created}"
         );
     }
-    let out = Command::new("sqlite3")
-        .arg(&db)
-        .arg("SELECT count(*) FROM spawns WHERE method = 'fork'")
-        .output()
-        .unwrap();
-    let recorded: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let recorded: u64 =
+        forkprof_tests::sqlite(&db, "SELECT count(*) FROM spawns WHERE method = 'fork'")
+            .parse()
+            .unwrap();
     assert_eq!(
         recorded,
         run.method("fork"),

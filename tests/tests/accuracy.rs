@@ -792,6 +792,152 @@ fn ld_objects_are_the_libraries_not_the_paths_searched() {
     );
 }
 
+/// The paths ld.so opens while it maps a binary's objects, counted in the kernel, are the
+/// `openat` calls strace sees between `access("/etc/ld.so.preload")` and
+/// `arch_prctl(ARCH_SET_FS)`; where most of them found nothing (a RUNPATH of directories that
+/// do not exist), the library_search hint names the binary with those numbers, and a binary
+/// whose search finds its libraries at once gets none.
+#[test]
+fn library_search_opens_match_strace_and_make_a_hint() {
+    needs_root!();
+    let fx = Fixtures::build();
+    let main_c = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/main_time.c");
+    // Twelve directories that do not exist, ahead of the system's: ld.so tries each for the
+    // first library, with its hardware-capability subdirectories (the glibc-hwcaps levels
+    // this CPU supports, since glibc 2.33, and before 2.37 the legacy ones too: 19 opens a
+    // directory on 2.36, itself included), so two opens a directory at the least: 24 in
+    // vain, over the hint's line of 20.
+    let missing: Vec<String> = (1..=12)
+        .map(|i| {
+            fx.dir
+                .join(format!("no-such-dir-{i}"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    let runpath = format!("-Wl,--enable-new-dtags,-rpath,{}", missing.join(":"));
+    forkprof_tests::gcc(
+        &fx.dir,
+        &[
+            "-O2",
+            "-o",
+            "main_search",
+            main_c.to_str().unwrap(),
+            &runpath,
+            "-Wl,--no-as-needed",
+            "-lz",
+            "-lm",
+        ],
+    );
+    let searching = fx.dir.join("main_search");
+    let direct = fx.dir.join("main_dynamic");
+    let opens = ld_opens(&searching);
+    let libraries = shared_libraries(&fx, "main_search");
+    assert!(
+        opens >= libraries + 1 + 20,
+        "strace saw {opens} opens for {libraries} libraries: too few in vain for the hint"
+    );
+    let direct_opens = ld_opens(&direct);
+    let direct_libraries = shared_libraries(&fx, "main_dynamic");
+    assert!(
+        direct_opens < direct_libraries + 1 + 20,
+        "main_dynamic: strace saw {direct_opens} opens for {direct_libraries} libraries"
+    );
+    // Ten of each: the hint's LD_MIN_PROCESSES.
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do {} >/dev/null; {} >/dev/null; done",
+        searching.display(),
+        direct.display()
+    );
+    let run = run_traced_with(&[], &["sh", "-c", &script], |c| {
+        c.env_remove("LD_LIBRARY_PATH");
+    });
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let group = |binary: &str| {
+        run.report["groups"]["binary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["binary"].as_str().unwrap().ends_with(binary))
+            .unwrap_or_else(|| panic!("no group for {binary}"))
+            .clone()
+    };
+    let g = group("/main_search");
+    assert_eq!(g["processes"], 10, "{g}");
+    assert_eq!(
+        (g["ld_openat_mean"].as_f64(), g["ld_objects_mean"].as_f64()),
+        (Some(opens as f64), Some(libraries as f64)),
+        "main_search: ld.so's opens against strace's {opens}, its objects against ldd's \
+         {libraries}"
+    );
+    let hints: Vec<(String, String)> = run.report["hints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let field = |k: &str| h[k].as_str().unwrap().to_string();
+            (field("rule"), field("text"))
+        })
+        .collect();
+    let expected = format!(
+        "`main_search`: ld.so opened {opens} paths per exec to load {libraries} objects, at \
+         least {} of them in vain",
+        opens - libraries - 1
+    );
+    assert!(
+        hints
+            .iter()
+            .any(|(rule, text)| rule == "library_search" && text.starts_with(&expected)),
+        "no hint that starts {expected:?}: {hints:?}"
+    );
+    // The system's search finds main_dynamic's libraries at once (its objects and
+    // ld.so.cache, on a usual system): no hint.
+    let d = group("/main_dynamic");
+    assert_eq!(
+        d["ld_openat_mean"].as_f64(),
+        Some(direct_opens as f64),
+        "{d}"
+    );
+    assert!(
+        !hints
+            .iter()
+            .any(|(rule, text)| rule == "library_search" && text.contains("`main_dynamic`")),
+        "{hints:?}"
+    );
+}
+
+/// The paths ld.so opens while it maps `binary`'s objects, as strace sees one run: the
+/// `openat` calls between `access("/etc/ld.so.preload")` and `arch_prctl(ARCH_SET_FS)`, the
+/// syscalls that bracket the mapping window (probes/dynlink.rs). Without `LD_LIBRARY_PATH`,
+/// which cargo sets for the tests and which ld.so would search first.
+fn ld_opens(binary: &Path) -> usize {
+    let log = tempdir().join("ld.strace");
+    let traced = Command::new("strace")
+        .args(["-qq", "-e", "trace=access,openat,arch_prctl", "-o"])
+        .arg(&log)
+        .arg(binary)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("strace");
+    assert!(
+        traced.status.success(),
+        "strace {}: {traced:?}",
+        binary.display()
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    let window = log
+        .lines()
+        .skip_while(|l| !l.contains("access(\"/etc/ld.so.preload\""))
+        .take_while(|l| !l.contains("ARCH_SET_FS"));
+    let opens = window.filter(|l| l.starts_with("openat(")).count();
+    assert!(
+        log.contains("ARCH_SET_FS"),
+        "{}: no window in\n{log}",
+        binary.display()
+    );
+    opens
+}
+
 /// `--precise-ld`: uprobes give the outer edges of the dynamic linker, constructors included:
 /// ld_reloc_init ends at libc's `__libc_start_main`, so exec + ld_* leaves out only its way
 /// to main (the program's own init_array, its first page faults) and the uprobe's trap.

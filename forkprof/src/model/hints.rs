@@ -62,6 +62,19 @@ fn pagetable_advice(copies: u64, without_exec: u64) -> String {
 pub const LD_MIN_SHARE: f64 = 0.2;
 /// ... over at least this many processes.
 pub const LD_MIN_PROCESSES: u64 = 10;
+/// A binary's library search is worth a hint when ld.so opens at least this many paths per
+/// exec beyond its objects and ld.so.cache (over `LD_MIN_PROCESSES` processes) ...
+///
+/// Each directory of RUNPATH, RPATH or LD_LIBRARY_PATH that ld.so tries before the one
+/// holding a library costs an `openat` that fails for each of its hardware-capability
+/// subdirectories (glibc 2.36 tries 19 a directory: `glibc-hwcaps/x86-64-v2..v4`, the legacy
+/// `tls/haswell/...` ones, and the directory itself) and a `stat` of each. Measured with
+/// `forkprof run` on `int main(){}` linked with a RUNPATH of 10 directories that do not
+/// exist, against the same without, 50 of each in turn (2-vCPU Intel VM with eIBRS,
+/// BENCHMARKS.md's "Intel, 2 vCPUs, eIBRS"; glibc 2.36): 192 opens per exec instead of 2,
+/// and ld_map 361.6 µs instead of 67.3, 1.5 µs a path; the spawn cost 820 µs instead of 526.
+/// So 20 such paths are some 30 µs, 5% of that spawn.
+pub const LD_SEARCH_MIN_MISSES: f64 = 20.0;
 /// An execvp PATH search is worth a hint at this many failed execs per success ...
 pub const PATH_SEARCH_MIN_RATIO: f64 = 1.0;
 /// ... and at least this many failed execs.
@@ -231,6 +244,7 @@ pub fn find(report: &Report) -> Vec<Hint> {
                 ),
             });
         }
+        hints.extend(library_search(row));
     }
     if report.summary.atime_updates > 0 {
         let total = report.phases.get(Phase::Atime).map_or(0, |s| s.total);
@@ -245,6 +259,36 @@ pub fn find(report: &Report) -> Vec<Hint> {
         });
     }
     hints
+}
+
+/// ld.so's library search for a binary's processes, where it opened many paths that hold no
+/// object. Each object is one open and ld.so.cache (when the search reaches it) one more, so
+/// the rest, at least, were tried in vain.
+fn library_search(row: &GroupRow) -> Option<Hint> {
+    let (openat, objects) = (row.ld_openat_mean?, row.ld_objects_mean?);
+    let in_vain = openat - objects - 1.0;
+    if row.processes < LD_MIN_PROCESSES || in_vain < LD_SEARCH_MIN_MISSES {
+        return None;
+    }
+    let objects = match format!("{objects:.0}") {
+        n if n == "1" => "1 object".to_string(),
+        n => format!("{n} objects"),
+    };
+    let ld_map = phase_mean(row, Phase::LdMap)
+        .map(|mean| {
+            format!(
+                "; ld_map, which holds those opens, is {} per spawn",
+                duration(mean)
+            )
+        })
+        .unwrap_or_default();
+    Some(Hint {
+        rule: "library_search",
+        text: format!(
+            "`{}`: ld.so opened {openat:.0} paths per exec to load {objects}, at least {in_vain:.0} of them in vain (each directory of RUNPATH, RPATH or LD_LIBRARY_PATH tried ahead of the one that holds a library, with its hardware-capability subdirectories){ld_map}: put the directory that holds the libraries first, or drop the directories that hold none",
+            base(&row.binary),
+        ),
+    })
 }
 
 /// What helps against atime updates, given the mount of the binaries that had the most

@@ -109,6 +109,9 @@ pub struct GroupRow {
     /// Mean number of objects ld.so loaded (not counting ld.so.cache, or the paths a library
     /// search tried in vain), where measured.
     pub ld_objects_mean: Option<f64>,
+    /// Mean number of paths ld.so opened while it mapped them (`openat` calls: each object,
+    /// ld.so.cache, and every path a library search tried in vain), from the same windows.
+    pub ld_openat_mean: Option<f64>,
     pub methods: BTreeMap<&'static str, u64>,
     pub phases: PhaseMap<Summary>,
 }
@@ -306,14 +309,14 @@ pub fn escape(bytes: &[u8]) -> String {
     out
 }
 
-/// The objects ld.so loaded for the binary a process ran last: its last dynamic-linker
-/// window's, if that one completed (an earlier exec's window is another binary's, such as a
-/// wrapper that exec'd the real program).
-fn last_binary_objects(p: &Process) -> Option<u32> {
+/// The objects ld.so loaded for the binary a process ran last, and the paths it opened for
+/// them: its last dynamic-linker window's, if that one completed (an earlier exec's window
+/// is another binary's, such as a wrapper that exec'd the real program).
+fn last_binary_objects(p: &Process) -> Option<(u32, u32)> {
     p.lds
         .last()
         .filter(|l| l.outcome == forkprof_common::ld_outcome::COMPLETE)
-        .map(|l| l.objects)
+        .map(|l| (l.objects, l.openat_count))
 }
 
 #[derive(Clone, Default)]
@@ -324,7 +327,11 @@ struct Group {
     failed_exec_paths: HashMap<Shared, u64>,
     failed_exec_searches: HashMap<Vec<u8>, u64>,
     pagetable_copies_without_exec: u64,
-    ld_objects: (u64, u64),
+    /// Completed dynamic-linker windows of the processes' last binaries, and the objects
+    /// and opens summed over them.
+    ld_windows: u64,
+    ld_objects: u64,
+    ld_openat: u64,
     methods: BTreeMap<&'static str, u64>,
     values: Phased,
 }
@@ -367,9 +374,10 @@ impl Group {
         if ph.get(Phase::PagetableCopy).is_some() && !p.execs.iter().any(|e| e.errno == 0) {
             self.pagetable_copies_without_exec += 1;
         }
-        if let Some(objects) = last_binary_objects(p) {
-            self.ld_objects.0 = self.ld_objects.0.saturating_add(u64::from(objects));
-            self.ld_objects.1 += 1;
+        if let Some((objects, openat)) = last_binary_objects(p) {
+            self.ld_windows += 1;
+            self.ld_objects = self.ld_objects.saturating_add(u64::from(objects));
+            self.ld_openat = self.ld_openat.saturating_add(u64::from(openat));
         }
     }
 
@@ -411,8 +419,10 @@ impl Group {
                 .map(|(name, n)| (escape(name), *n))
                 .collect(),
             pagetable_copies_without_exec: self.pagetable_copies_without_exec,
-            ld_objects_mean: (self.ld_objects.1 > 0)
-                .then(|| self.ld_objects.0 as f64 / self.ld_objects.1 as f64),
+            ld_objects_mean: (self.ld_windows > 0)
+                .then(|| self.ld_objects as f64 / self.ld_windows as f64),
+            ld_openat_mean: (self.ld_windows > 0)
+                .then(|| self.ld_openat as f64 / self.ld_windows as f64),
             methods: self.methods,
             phases: self.values.summaries(),
         }

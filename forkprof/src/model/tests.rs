@@ -313,6 +313,56 @@ fn hint_dynamic_linking_when_ld_dominates() {
     assert!(!hints_of(&few).contains(&"dynamic_linking"));
 }
 
+/// `n` children of `/bin/sh` that exec `/opt/app/bin/tool`, whose ld.so opened `openat` paths
+/// to load `objects` objects.
+fn searching(n: u32, openat: u32, objects: u32) -> Trace {
+    children(b"/bin/sh", n, |t, root, c, _| {
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        t.ingest(exec(c, c.start_ns + 200_000, b"/opt/app/bin/tool", 0, 1));
+        let Record::Ld(mut l) = ld(c, ld_outcome::COMPLETE) else {
+            unreachable!()
+        };
+        l.openat_count = openat;
+        l.objects = objects;
+        t.ingest(Record::Ld(l));
+        t.ingest(exit(c, 0));
+    })
+}
+
+#[test]
+fn hint_library_search_counts_the_paths_opened_in_vain() {
+    use super::hints::{LD_MIN_PROCESSES, LD_SEARCH_MIN_MISSES};
+    let n = LD_MIN_PROCESSES as u32;
+    // 4 objects and ld.so.cache: 192 - 5 = 187 paths that held nothing.
+    let hint = hint_text(&searching(n, 192, 4), "library_search");
+    assert_eq!(
+        hint,
+        "`tool`: ld.so opened 192 paths per exec to load 4 objects, at least 187 of them in vain \
+         (each directory of RUNPATH, RPATH or LD_LIBRARY_PATH tried ahead of the one that holds \
+         a library, with its hardware-capability subdirectories); ld_map, which holds those \
+         opens, is 200.0 µs per spawn: put the directory that holds the libraries first, or \
+         drop the directories that hold none"
+    );
+    let report = Report::build(&searching(n, 192, 4), &Context::for_run(&|_| false));
+    let row = report
+        .group(GroupBy::Binary)
+        .iter()
+        .find(|r| r.binary == "/opt/app/bin/tool")
+        .expect("the binary's row");
+    assert_eq!(
+        (row.ld_openat_mean, row.ld_objects_mean),
+        (Some(192.0), Some(4.0))
+    );
+    // At the line, and one path under it.
+    let at = LD_SEARCH_MIN_MISSES as u32 + 4 + 1;
+    assert!(hints_of(&searching(n, at, 4)).contains(&"library_search"));
+    assert!(!hints_of(&searching(n, at - 1, 4)).contains(&"library_search"));
+    // Too few processes.
+    assert!(!hints_of(&searching(n - 1, 192, 4)).contains(&"library_search"));
+    // A search that found everything at once: the objects and ld.so.cache.
+    assert!(!hints_of(&searching(n, 5, 4)).contains(&"library_search"));
+}
+
 /// What static linking saves is ld.so's mapping and relocation, not `ld_start`, which a
 /// static binary pays as `static_start`: a binary whose `ld_*` is mostly `ld_start` (as
 /// `int main(){}` is on a VM where `cpuid` traps) gets no hint, though `ld_*` is most of its

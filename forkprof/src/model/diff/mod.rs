@@ -415,7 +415,7 @@ fn hint_group(text: &str) -> Option<String> {
 fn hint_cost(side: &Side, rule: &str, group: Option<&str>) -> u64 {
     let total = |r: &GroupRow| r.phases.get(Phase::SpawnCost).map_or(0, |s| s.total);
     let by = match rule {
-        "dynamic_linking" => Some(GroupBy::Binary),
+        "dynamic_linking" | "library_search" => Some(GroupBy::Binary),
         "pagetable_copy" | "path_search" => Some(GroupBy::Parent),
         _ => None,
     };

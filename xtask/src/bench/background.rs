@@ -7,8 +7,55 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
-/// Seconds all CPUs spent busy, and seconds this process and the runs used, at one time.
-pub(super) type Reading = (Option<f64>, Option<f64>);
+/// Seconds all CPUs spent busy, seconds this process and the runs used, and the machine's
+/// running and stolen ticks, at one time.
+#[derive(Clone, Copy)]
+pub(super) struct Reading {
+    busy: Option<f64>,
+    ours: Option<f64>,
+    ticks: Option<Ticks>,
+}
+
+/// All CPUs' ticks in /proc/stat: running (user, nice, system, irq, softirq; guest time is
+/// inside user) and stolen by the host (time a vCPU wanted to run and the hypervisor ran
+/// something else).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Ticks {
+    running: u64,
+    stolen: u64,
+}
+
+impl Ticks {
+    /// From /proc/stat's text.
+    fn parse(stat: &str) -> Option<Self> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        // user nice system idle iowait irq softirq steal
+        let v = v.get(..8)?;
+        Some(Ticks {
+            running: v[0] + v[1] + v[2] + v[5] + v[6],
+            stolen: v[7],
+        })
+    }
+
+    fn read() -> Option<Self> {
+        Self::parse(&fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The share of the CPU time this VM's CPUs wanted since `before` that the host took
+    /// (stolen / (running + stolen)); None where they wanted none.
+    pub(super) fn stolen_share_since(self, before: Ticks) -> Option<f64> {
+        let running = self.running.saturating_sub(before.running);
+        let stolen = self.stolen.saturating_sub(before.stolen);
+        let wanted = running + stolen;
+        (wanted > 0).then(|| stolen as f64 / wanted as f64)
+    }
+}
 
 /// Where the CPU time of the machine went: to find how busy other processes kept it
 /// while a run was measured.
@@ -29,7 +76,9 @@ impl Clock {
             ticks_per_s,
             cgroup: None,
         };
-        clock.busy().context("cannot read /proc/stat")?;
+        clock
+            .busy(Ticks::read())
+            .context("cannot read /proc/stat")?;
         clock.ours().context("cannot read /proc/self/stat")?;
         clock.cgroup = make_cgroup();
         if clock.cgroup.is_none() {
@@ -42,24 +91,9 @@ impl Clock {
     }
 
     /// Seconds all CPUs spent busy (user, nice, system, irq, softirq) or stolen by the host.
-    fn busy(&self) -> Option<f64> {
-        let stat = fs::read_to_string("/proc/stat").ok()?;
-        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-        let v: Vec<u64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .ok()?;
-        // user nice system idle iowait irq softirq steal (guest time is inside user)
-        let ticks: u64 = v
-            .get(..8)?
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !matches!(i, 3 | 4))
-            .map(|(_, t)| t)
-            .sum();
-        Some(ticks as f64 / self.ticks_per_s)
+    fn busy(&self, ticks: Option<Ticks>) -> Option<f64> {
+        let t = ticks?;
+        Some((t.running + t.stolen) as f64 / self.ticks_per_s)
     }
 
     /// Seconds of CPU used by this process and by the runs: the runs' cgroup if there is
@@ -93,15 +127,21 @@ impl Clock {
         }
     }
 
-    /// A (busy, ours) reading, to give [`Clock::others`] later.
+    /// A reading now, to give [`Clock::others`] and [`Clock::stolen`] later.
     pub(super) fn reading(&self) -> Reading {
-        (self.busy(), self.ours())
+        let ticks = Ticks::read();
+        Reading {
+            busy: self.busy(ticks),
+            ours: self.ours(),
+            ticks,
+        }
     }
 
     /// CPUs kept busy by others, on average, since `before`, `seconds` ago.
     pub(super) fn others(&self, before: Reading, seconds: f64) -> Option<f64> {
-        let (b0, o0) = (before.0?, before.1?);
-        let (b1, o1) = (self.busy()?, self.ours()?);
+        let (b0, o0) = (before.busy?, before.ours?);
+        let now = self.reading();
+        let (b1, o1) = (now.busy?, now.ours?);
         (seconds > 0.0).then(|| ((b1 - b0) - (o1 - o0)).max(0.0) / seconds)
     }
 
@@ -154,6 +194,21 @@ impl Drop for Clock {
     }
 }
 
+/// The share of the CPU time this VM wanted since `before` that the host took (see
+/// [`Ticks::stolen_share_since`]); None where it cannot be read.
+pub(super) fn stolen(before: &Reading) -> Option<f64> {
+    Ticks::read()?.stolen_share_since(before.ticks?)
+}
+
+/// A reading of the machine's ticks alone, for [`stolen`].
+pub(super) fn ticks_now() -> Reading {
+    Reading {
+        busy: None,
+        ours: None,
+        ticks: Ticks::read(),
+    }
+}
+
 /// A fresh cgroup v2 group for the runs, if this machine has a writable cgroup2 mount.
 fn make_cgroup() -> Option<PathBuf> {
     let mount = super::tools::cgroup2_mount()?;
@@ -177,4 +232,31 @@ fn make_cgroup() -> Option<PathBuf> {
         return None;
     }
     Some(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stolen_share_is_of_the_time_the_cpus_wanted() {
+        let stat = |user, idle, steal| {
+            format!("cpu  {user} 0 100 {idle} 5 1 2 {steal} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+        };
+        let before = Ticks::parse(&stat(1000, 9000, 50)).unwrap();
+        assert_eq!(
+            before,
+            Ticks {
+                running: 1103,
+                stolen: 50
+            }
+        );
+        // 300 ticks run and 100 stolen since: a quarter of what the CPUs wanted; idle time
+        // does not count.
+        let after = Ticks::parse(&stat(1300, 20000, 150)).unwrap();
+        assert_eq!(after.stolen_share_since(before), Some(0.25));
+        assert_eq!(before.stolen_share_since(before), None);
+        assert_eq!(Ticks::parse("cpu  1 2 3\n"), None);
+        assert_eq!(Ticks::parse("intr 5\n"), None);
+    }
 }

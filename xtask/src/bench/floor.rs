@@ -51,6 +51,9 @@ pub(super) struct Rounds {
     pub(super) label: String,
     pub(super) real: Vec<Vec<ProgStat>>,
     pub(super) empty: Vec<Vec<ProgStat>>,
+    /// Per round, the share of the CPU time this VM wanted over its two runs that the host
+    /// took (/proc/stat steal), where it could be read.
+    pub(super) stolen: Vec<Option<f64>>,
 }
 
 /// Runs `rounds` rounds; in each, every build's real run and then its empty run.
@@ -67,11 +70,13 @@ pub(super) fn measure(
             label: b.label.clone(),
             real: Vec::new(),
             empty: Vec::new(),
+            stolen: Vec::new(),
         })
         .collect();
     for round in 1..=rounds {
         eprintln!("xtask: bench: above the floor, round {round}/{rounds}");
         for (build, rounds) in builds.iter().zip(&mut out) {
+            let before = super::background::ticks_now();
             rounds.real.push(bpf_stats::measure_with(
                 paths,
                 &build.forkprof,
@@ -86,6 +91,7 @@ pub(super) fn measure(
                 true,
                 iterations,
             )?);
+            rounds.stolen.push(super::background::stolen(&before));
         }
     }
     Ok(out)
@@ -111,6 +117,8 @@ pub(super) struct Summary {
     pub(super) above_us: f64,
     /// Each round's total of real programs less its total of empty ones, in round order.
     pub(super) round_above_us: Vec<f64>,
+    /// Each round's share of the CPU time wanted that the host took, in round order.
+    pub(super) round_stolen: Vec<Option<f64>>,
 }
 
 /// `value` summed over the programs of one run that `name` picks (all of them for `None`),
@@ -177,9 +185,35 @@ pub(super) fn summarise(rounds: &Rounds, iterations: u32) -> Summary {
             .zip(&rounds.empty)
             .map(|(r, e)| us(r, None, iterations) - us(e, None, iterations))
             .collect(),
+        round_stolen: rounds.stolen.clone(),
         programs,
     }
 }
+
+/// Each round's share of the CPU time wanted that the host took, as a line; None where
+/// none could be read.
+fn stolen_line(stolen: &[Option<f64>]) -> Option<String> {
+    if stolen.iter().all(Option::is_none) {
+        return None;
+    }
+    let each: Vec<String> = stolen
+        .iter()
+        .map(|s| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0)))
+        .collect();
+    let most = stolen.iter().flatten().fold(0.0f64, |a, &b| a.max(b));
+    let warning = if most > STOLEN_WARN {
+        " (the host was busy: the programs' times, real and empty, move with it)"
+    } else {
+        ""
+    };
+    Some(format!(
+        "each round, the CPU time wanted that the host took (steal): {}{warning}",
+        each.join(", ")
+    ))
+}
+
+/// A round whose steal is above this share is flagged.
+const STOLEN_WARN: f64 = 0.05;
 
 /// Each round's work above the floor of `this` less that of `other`. The two builds ran in
 /// the same round, one right after the other, so each difference shares the host's drift of
@@ -233,6 +267,9 @@ pub(super) fn table(summaries: &[Summary], mode: FloorMode, iterations: u32) -> 
             each.join(", "),
             median(&s.round_above_us).map_or_else(|| "-".to_owned(), |m| format!("{m:.2}"))
         );
+        if let Some(line) = stolen_line(&s.round_stolen) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     if let [this, others @ ..] = summaries {
         for other in others {
@@ -288,6 +325,7 @@ mod tests {
                 vec![stat("a", 2_000_000, 2000), stat("b", 100_000, 1000)],
                 vec![stat("a", 1_500_000, 2000), stat("b", 200_000, 1000)],
             ],
+            stolen: vec![Some(0.02), None, Some(0.3)],
         }
     }
 
@@ -307,6 +345,20 @@ mod tests {
         for (got, want) in s.round_above_us.iter().zip(expected) {
             assert!((got - want).abs() < 1e-9, "{got} != {want}");
         }
+        // Each round's steal, flagged where the host took more than 5%.
+        let text = table(&[s], FloorMode::Run, 1000);
+        assert!(
+            text.contains(
+                "each round, the CPU time wanted that the host took (steal): 2%, -, 30% (the host \
+                 was busy: the programs' times, real and empty, move with it)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            stolen_line(&[Some(0.01), Some(0.05)]).unwrap(),
+            "each round, the CPU time wanted that the host took (steal): 1%, 5%"
+        );
+        assert_eq!(stolen_line(&[None, None]), None);
     }
 
     #[test]
@@ -324,6 +376,7 @@ mod tests {
             build: label.to_owned(),
             programs: Vec::new(),
             above_us: 0.0,
+            round_stolen: vec![None; round_above_us.len()],
             round_above_us,
         }
     }
@@ -374,6 +427,7 @@ a              2.0     4.00     1.50     2.50\n\
 b              1.0     1.00     0.10     0.90\n\
 total                  5.00     1.60     3.40\n\
 each round, all real less all empty: 2.90, 4.10, 3.20 (median 3.20)\n\
+each round, the CPU time wanted that the host took (steal): 2%, -, 30% (the host was busy: the programs' times, real and empty, move with it)\n\
 \n\
 before (old/forkprof):\n\
 \n\
@@ -383,6 +437,7 @@ a              2.0     4.50     1.50     3.00\n\
 b              1.0     1.00     0.10     0.90\n\
 total                  5.50     1.60     3.90\n\
 each round, all real less all empty: 3.40, 4.60, 3.70 (median 3.70)\n\
+each round, the CPU time wanted that the host took (steal): 2%, -, 30% (the host was busy: the programs' times, real and empty, move with it)\n\
 \n\
 this build less before (old/forkprof): -0.50 us per iteration above the floor (sums of medians)\n\
 the same, round by round (each round ran both): median -0.50, no interval under 5 rounds\n\

@@ -83,6 +83,8 @@ struct JsonFloor<'a> {
     build: &'a str,
     above_us: Dec3,
     round_above_us: Vec<Dec3>,
+    /// Per round, the share of the CPU time wanted that the host took (null: unread).
+    round_stolen_share: Vec<Option<Dec3>>,
     programs: Vec<JsonProgramFloor<'a>>,
 }
 
@@ -101,6 +103,7 @@ impl<'a> JsonFloor<'a> {
             build: &s.build,
             above_us: Dec3(s.above_us),
             round_above_us: dec3(&s.round_above_us),
+            round_stolen_share: s.round_stolen.iter().map(|s| s.map(Dec3)).collect(),
             programs: s
                 .programs
                 .iter()
@@ -147,6 +150,7 @@ struct JsonRun<'a> {
     tracer_cpu_samples_us: Vec<Dec3>,
     ratios: Option<Vec<Dec3>>,
     background_cpus: Vec<Dec3>,
+    stolen_share: Vec<Dec3>,
     noisy_pairs: usize,
 }
 
@@ -183,6 +187,7 @@ impl<'a> JsonRun<'a> {
             tracer_cpu_samples_us: dec3(&tracer),
             ratios: ratios.map(dec3),
             background_cpus: dec3(&row.background()),
+            stolen_share: dec3(&row.stolen()),
             noisy_pairs: row.noisy_pairs,
         }
     }
@@ -249,6 +254,7 @@ mod tests {
             }],
             above_us: 1.8312,
             round_above_us: vec![1.5, 2.25],
+            round_stolen: vec![Some(0.125), None],
         }];
         let text = json(
             &args(),
@@ -272,7 +278,7 @@ mod tests {
                 r#""tracer_cpu_us":null,"total_cpu_overhead_pct":null,"#,
                 r#""total_cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[1000.0,1001.5],"cpu_samples_us":[980.0,981.47],"#,
-                r#""tracer_cpu_samples_us":[],"ratios":null,"background_cpus":[0.1,0.3],"#,
+                r#""tracer_cpu_samples_us":[],"ratios":null,"background_cpus":[0.1,0.3],"stolen_share":[0.04,0.04],"#,
                 r#""noisy_pairs":0},"#,
                 r#"{"run":"forkprof run","available":true,"reason":null,"median_us":1150.9,"#,
                 r#""min_us":1100.0,"max_us":1201.8,"overhead_pct":15.0,"overhead_ci90_pct":null,"#,
@@ -280,7 +286,7 @@ mod tests {
                 r#""tracer_cpu_us":9.875,"total_cpu_overhead_pct":13.0,"#,
                 r#""total_cpu_overhead_ci90_pct":null,"#,
                 r#""samples_us":[1100.0,1201.8],"cpu_samples_us":[1078.0,1177.764],"#,
-                r#""tracer_cpu_samples_us":[9.5,10.25],"ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"#,
+                r#""tracer_cpu_samples_us":[9.5,10.25],"ratios":[1.1,1.2],"background_cpus":[0.05,0.2],"stolen_share":[0.04,0.04],"#,
                 r#""noisy_pairs":1},"#,
                 r#"{"run":"strace -f -c","available":false,"#,
                 r#""reason":"package strace could not be installed","median_us":null,"#,
@@ -288,11 +294,11 @@ mod tests {
                 r#""cpu_overhead_pct":null,"cpu_overhead_ci90_pct":null,"#,
                 r#""tracer_cpu_us":null,"total_cpu_overhead_pct":null,"#,
                 r#""total_cpu_overhead_ci90_pct":null,"samples_us":[],"cpu_samples_us":[],"#,
-                r#""tracer_cpu_samples_us":[],"ratios":[],"background_cpus":[],"noisy_pairs":0}],"#,
+                r#""tracer_cpu_samples_us":[],"ratios":[],"background_cpus":[],"stolen_share":[],"noisy_pairs":0}],"#,
                 r#""bpf_stats":[{"program":"forkprof_sys_enter","run_ns":1005879,"runs":3565}],"#,
                 r#""ablation":null,"above_floor_mode":"run","#,
                 r#""above_floor":[{"build":"this build","above_us":1.831,"#,
-                r#""round_above_us":[1.5,2.25],"programs":[{"program":"forkprof_sys_enter","#,
+                r#""round_above_us":[1.5,2.25],"round_stolen_share":[0.125,null],"programs":[{"program":"forkprof_sys_enter","#,
                 r#""hits_per_iter":33.8,"real_us":3.661,"empty_us":1.83,"above_us":1.831}]}],"#,
                 r#""overhead_above_floor":[]}"#,
             )
@@ -309,6 +315,7 @@ mod tests {
             cpu_us: None,
             tracer_cpu_us: None,
             background: 0.0,
+            stolen: None,
         }];
         row.ratios = Some(vec![1.01, 1.02, 1.03, 1.04, 1.05]);
         let text = json(&args(), &machine(), &[row], None, None, None, None).unwrap();

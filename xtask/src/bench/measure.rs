@@ -25,6 +25,9 @@ pub(super) struct Sample {
     /// CPUs kept busy by everything but this run (other processes, steal), averaged
     /// over the run: the noise it was measured under.
     pub(super) background: f64,
+    /// The share of the CPU time this VM wanted during the run that its host took
+    /// (/proc/stat's steal): how busy the host was.
+    pub(super) stolen: Option<f64>,
 }
 
 /// The measurements of one row of the table.
@@ -75,6 +78,10 @@ impl Row {
 
     pub(super) fn background(&self) -> Vec<f64> {
         self.samples.iter().map(|s| s.background).collect()
+    }
+
+    pub(super) fn stolen(&self) -> Vec<f64> {
+        self.samples.iter().filter_map(|s| s.stolen).collect()
     }
 }
 
@@ -254,6 +261,7 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
     let background = clock
         .others(before, started.elapsed().as_secs_f64())
         .unwrap_or(0.0);
+    let stolen = super::background::stolen(&before);
     let out = fs::read_to_string(&out_path).unwrap_or_default();
     let err = fs::read_to_string(&err_path).unwrap_or_default();
     if !status.success() {
@@ -266,6 +274,7 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
         cpu_us: parse_field(&out, "cpu_us_per_iter="),
         tracer_cpu_us: parse_value(&out, "tracer_cpu_us_per_iter="),
         background,
+        stolen,
     })
 }
 

@@ -94,7 +94,7 @@ fn forkprof_saw(report: &str) -> Option<String> {
 }
 
 /// One line of the table per row, header first, and the notes to print under it.
-fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) {
+fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 13]>, Vec<String>) {
     let header = [
         "run",
         "median us/iter",
@@ -108,6 +108,7 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) 
         "total CPU overhead",
         "total CPU 90% CI",
         "background CPUs",
+        "stolen",
     ];
     let mut cells = vec![header.map(str::to_owned)];
     let mut notes = Vec::new();
@@ -117,7 +118,7 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) 
         {
             cells.push(
                 [
-                    row.label, "n/a", "-", "-", "n/a", "-", "n/a", "-", "n/a", "n/a", "-", "-",
+                    row.label, "n/a", "-", "-", "n/a", "-", "n/a", "-", "n/a", "n/a", "-", "-", "-",
                 ]
                 .map(str::to_owned),
             );
@@ -141,7 +142,7 @@ fn cells(rows: &[Row], max_background: f64) -> (Vec<[String; 12]>, Vec<String>) 
 }
 
 /// The table line of a row that has samples.
-fn measured_cells(row: &Row) -> [String; 12] {
+fn measured_cells(row: &Row) -> [String; 13] {
     let us = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
     let two_places = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     let values = row.us();
@@ -172,6 +173,7 @@ fn measured_cells(row: &Row) -> [String; 12] {
         total_overhead,
         total_range,
         two_places(median(&row.background())),
+        median(&row.stolen()).map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0)),
     ]
 }
 
@@ -223,7 +225,8 @@ fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>)
          CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)\n\
          tracer CPU: median CPU time of the tracer's own process (all its threads) over the loop: forkprof's agent, strace, perf, bpftrace\n\
          total CPU overhead: by the CPU time of the loop and the tracer together, against the bare loop's: what tracing costs the machine\n\
-         background CPUs: median over runs of the CPUs other processes kept busy during a run\n",
+         background CPUs: median over runs of the CPUs other processes kept busy during a run (the host's steal included)\n\
+         stolen: median over runs of the share of the CPU time this VM wanted that its host took (/proc/stat steal): above a few %, the host is busy and every figure moves with it\n",
     );
     for line in check.into_iter().map(str::to_owned).chain(notes) {
         let _ = writeln!(out, "{line}");
@@ -275,6 +278,7 @@ pub(super) mod tests {
             cpu_us: Some(us * 0.98),
             tracer_cpu_us: tracer,
             background,
+            stolen: Some(0.04),
         };
         let mut bare = Row::new("bare", false);
         bare.samples = vec![sample(1000.0, 0.1, None), sample(1001.5, 0.3, None)];
@@ -306,18 +310,19 @@ pub(super) mod tests {
 fork+exec+wait of a dynamically linked `int main(){return 0;}`: 2000 iterations per run, 2 alternating pairs per tool
 machine: 2 CPUs (A \"quoted\"\tCPU\n), kernel 6.12.0
 
-run           median us/iter     min     max  overhead vs bare  90% CI  CPU overhead  CPU 90% CI  tracer CPU us/iter  total CPU overhead  total CPU 90% CI  background CPUs
----------------------------------------------------------------------------------------------------------------------------------------------------------------------------
-bare                  1000.8  1000.0  1001.5                 -       -             -           -                   -                   -                 -             0.20
-forkprof run          1150.9  1100.0  1201.8            +15.0%       -        +12.0%           -                9.88              +13.0%                 -             0.12
-strace -f -c             n/a       -       -               n/a       -           n/a           -                 n/a                 n/a                 -                -
+run           median us/iter     min     max  overhead vs bare  90% CI  CPU overhead  CPU 90% CI  tracer CPU us/iter  total CPU overhead  total CPU 90% CI  background CPUs  stolen
+-----------------------------------------------------------------------------------------------------------------------------------------------------------------------------------
+bare                  1000.8  1000.0  1001.5                 -       -             -           -                   -                   -                 -             0.20      4%
+forkprof run          1150.9  1100.0  1201.8            +15.0%       -        +12.0%           -                9.88              +13.0%                 -             0.12      4%
+strace -f -c             n/a       -       -               n/a       -           n/a           -                 n/a                 n/a                 -                -       -
 
 overhead vs bare: median over pairs of (tool run / the bare run just before it) - 1
 90% CI: of that median (order statistics; none under 5 pairs); A/A shows the noise floor
 CPU overhead: the same by the loop's CPU time (getrusage: the loop and its children, eBPF included)
 tracer CPU: median CPU time of the tracer's own process (all its threads) over the loop: forkprof's agent, strace, perf, bpftrace
 total CPU overhead: by the CPU time of the loop and the tracer together, against the bare loop's: what tracing costs the machine
-background CPUs: median over runs of the CPUs other processes kept busy during a run
+background CPUs: median over runs of the CPUs other processes kept busy during a run (the host's steal included)
+stolen: median over runs of the share of the CPU time this VM wanted that its host took (/proc/stat steal): above a few %, the host is busy and every figure moves with it
 forkprof's last run saw 3 processes
 forkprof run: 1 of 2 pairs kept with more than 0.25 CPUs busy elsewhere
 strace -f -c: not run: package strace could not be installed

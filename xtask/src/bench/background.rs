@@ -127,7 +127,7 @@ impl Clock {
         }
     }
 
-    /// A reading now, to give [`Clock::others`] and [`Clock::stolen`] later.
+    /// A reading now, to give [`Clock::others`] and [`stolen`] later.
     pub(super) fn reading(&self) -> Reading {
         let ticks = Ticks::read();
         Reading {

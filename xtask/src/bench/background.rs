@@ -127,7 +127,7 @@ impl Clock {
         }
     }
 
-    /// A reading now, to give [`Clock::others`] and [`stolen`] later.
+    /// A reading now, to give [`Clock::others`] and [`Reading::stolen_since`] later.
     pub(super) fn reading(&self) -> Reading {
         let ticks = Ticks::read();
         Reading {
@@ -137,10 +137,9 @@ impl Clock {
         }
     }
 
-    /// CPUs kept busy by others, on average, since `before`, `seconds` ago.
-    pub(super) fn others(&self, before: Reading, seconds: f64) -> Option<f64> {
+    /// CPUs kept busy by others, on average, between `before` and `now`, `seconds` apart.
+    pub(super) fn others(&self, before: Reading, now: Reading, seconds: f64) -> Option<f64> {
         let (b0, o0) = (before.busy?, before.ours?);
-        let now = self.reading();
         let (b1, o1) = (now.busy?, now.ours?);
         (seconds > 0.0).then(|| ((b1 - b0) - (o1 - o0)).max(0.0) / seconds)
     }
@@ -168,7 +167,7 @@ impl Clock {
         while Instant::now() < deadline {
             let before = self.reading();
             thread::sleep(window);
-            let Some(cpus) = self.others(before, window.as_secs_f64()) else {
+            let Some(cpus) = self.others(before, self.reading(), window.as_secs_f64()) else {
                 return;
             };
             if cpus <= max_background {
@@ -194,13 +193,15 @@ impl Drop for Clock {
     }
 }
 
-/// The share of the CPU time this VM wanted since `before` that the host took (see
-/// [`Ticks::stolen_share_since`]); None where it cannot be read.
-pub(super) fn stolen(before: &Reading) -> Option<f64> {
-    Ticks::read()?.stolen_share_since(before.ticks?)
+impl Reading {
+    /// The share of the CPU time this VM wanted between `before` and this reading that the
+    /// host took (see [`Ticks::stolen_share_since`]); None where either could not be read.
+    pub(super) fn stolen_since(&self, before: &Reading) -> Option<f64> {
+        self.ticks?.stolen_share_since(before.ticks?)
+    }
 }
 
-/// A reading of the machine's ticks alone, for [`stolen`].
+/// A reading of the machine's ticks alone, for [`Reading::stolen_since`].
 pub(super) fn ticks_now() -> Reading {
     Reading {
         busy: None,

@@ -91,7 +91,9 @@ pub(super) fn measure(
                 true,
                 iterations,
             )?);
-            rounds.stolen.push(super::background::stolen(&before));
+            rounds
+                .stolen
+                .push(super::background::ticks_now().stolen_since(&before));
         }
     }
     Ok(out)

@@ -258,10 +258,12 @@ fn run_loop(paths: &Paths, clock: &Clock, tool: Option<Tool>, iterations: u32) -
         }
         thread::sleep(Duration::from_millis(50));
     };
+    // One reading of /proc/stat after the run, for both.
+    let after = clock.reading();
     let background = clock
-        .others(before, started.elapsed().as_secs_f64())
+        .others(before, after, started.elapsed().as_secs_f64())
         .unwrap_or(0.0);
-    let stolen = super::background::stolen(&before);
+    let stolen = after.stolen_since(&before);
     let out = fs::read_to_string(&out_path).unwrap_or_default();
     let err = fs::read_to_string(&err_path).unwrap_or_default();
     if !status.success() {

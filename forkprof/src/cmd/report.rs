@@ -159,7 +159,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             binaries: bins,
             ancestry: &origin.ancestry,
         };
-        let Some(row) = builder.add(trace, item) else {
+        let Some(added) = builder.add(trace, item) else {
             return Ok(());
         };
         if let (Some(t), Some(path)) = (timeline.as_mut(), &args.perfetto) {
@@ -167,10 +167,15 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
         if let Some(w) = process_csv.as_mut() {
-            w.push(&ProcessView::of(trace, p, bins.clone(), &is_static))
-                .context("cannot write the report to stdout")?;
+            w.push(&ProcessView::with_phases(
+                trace,
+                p,
+                bins.clone(),
+                added.phases,
+            ))
+            .context("cannot write the report to stdout")?;
         }
-        if let (Some(spool), Some(row)) = (rows.as_mut(), row) {
+        if let (Some(spool), Some(row)) = (rows.as_mut(), added.row) {
             spool
                 .push(&row)
                 .context("cannot keep the per-process rows in a temporary file")?;

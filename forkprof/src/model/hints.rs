@@ -221,9 +221,9 @@ pub fn find(report: &Report) -> Vec<Hint> {
             && cost > 0
             && linking as f64 >= LD_MIN_SHARE * cost as f64
         {
-            let (objects, them) = match row.ld_objects_mean.map(|n| format!("{n:.0}")) {
-                Some(n) if n == "1" => (" to 1 object".to_string(), "it"),
-                Some(n) => (format!(" to {n} objects"), "them"),
+            let (objects, them) = match row.ld_objects_mean.map(objects_loaded) {
+                Some((n, true)) => (format!(" to {n}"), "it"),
+                Some((n, false)) => (format!(" to {n}"), "them"),
                 None => (String::new(), "its libraries"),
             };
             let start = phase_mean(row, Phase::LdStart)
@@ -261,6 +261,15 @@ pub fn find(report: &Report) -> Vec<Hint> {
     hints
 }
 
+/// A mean count of loaded objects as the hints word it ("1 object", "3 objects"), and whether
+/// it reads as one.
+fn objects_loaded(mean: f64) -> (String, bool) {
+    match format!("{mean:.0}") {
+        n if n == "1" => ("1 object".to_string(), true),
+        n => (format!("{n} objects"), false),
+    }
+}
+
 /// ld.so's library search for a binary's processes, where it opened many paths that hold no
 /// object. Each object is one open and ld.so.cache (when the search reaches it) one more, so
 /// the rest, at least, were tried in vain.
@@ -270,10 +279,7 @@ fn library_search(row: &GroupRow) -> Option<Hint> {
     if row.processes < LD_MIN_PROCESSES || in_vain < LD_SEARCH_MIN_MISSES {
         return None;
     }
-    let objects = match format!("{objects:.0}") {
-        n if n == "1" => "1 object".to_string(),
-        n => format!("{n} objects"),
-    };
+    let (objects, _) = objects_loaded(objects);
     let ld_map = phase_mean(row, Phase::LdMap)
         .map(|mean| {
             format!(

@@ -85,6 +85,17 @@ impl<'a> ProcessView<'a> {
             process,
             is_static(process, &binaries.last, is_static_binary),
         );
+        Self::with_phases(trace, process, binaries, phases)
+    }
+
+    /// The same, with its phases already computed (`Phases::of`, as the report's builder
+    /// does for each process it adds).
+    pub fn with_phases(
+        trace: &Trace,
+        process: &'a Process,
+        binaries: Binaries,
+        phases: Phases,
+    ) -> Self {
         let ok = process.execs.iter().filter(|e| e.errno == 0).count() as u64;
         let cgroup = (process.cgroup_id() != 0).then(|| {
             let path = String::from_utf8_lossy(&super::cgroup::label(trace, process)).into_owned();

@@ -588,6 +588,14 @@ pub struct ReportBuilder<'c, 'a> {
     names: Names,
 }
 
+/// What `ReportBuilder::add` made of a process that the filter kept.
+pub struct Added {
+    /// Its phases, as the report counted them (a per-process output reuses them).
+    pub phases: Phases,
+    /// Its row, when the report has per-process rows.
+    pub row: Option<ProcessRow>,
+}
+
 /// One process, as the report needs it: the process, its binaries, and its ancestry
 /// (`Origin::ancestry`).
 pub struct Item<'p> {
@@ -647,9 +655,9 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
     }
 
     /// Adds one process; `trace` gives what is known beyond it (cgroup names, mounts, the
-    /// first record's time). Returns its row when the report has per-process rows, and
-    /// `None` when the filter leaves it out.
-    pub fn add(&mut self, trace: &Trace, item: Item<'_>) -> Option<Option<ProcessRow>> {
+    /// first record's time). Returns its phases, and its row when the report has
+    /// per-process rows; `None` when the filter leaves it out.
+    pub fn add(&mut self, trace: &Trace, item: Item<'_>) -> Option<Added> {
         let Item {
             process: p,
             binaries: bins,
@@ -740,33 +748,32 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
                 group.add_execs(p, true);
             }
         }
-        Some(ctx.processes.then(|| {
-            ProcessRow {
-                pid: p.key.pid,
-                start_ns: p.key.start_ns,
-                parent_pid: p.parent.map(|k| k.pid),
-                method: p.method,
-                binary: escape(&bins.last),
-                parent_binary: escape(&bins.at_spawn),
-                execs: p
-                    .execs
-                    .iter()
-                    .map(|e| ExecRow {
-                        path: escape(&e.path),
-                        args: e.args.iter().map(|a| escape(a)).collect(),
-                        argc: e.argc,
-                        errno: e.errno,
-                        exec_ns: e.exec_ns,
-                    })
-                    .collect(),
-                exit: p.exit_status(),
-                atime_updates: atime,
-                phases: PHASES
-                    .iter()
-                    .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
-                    .collect(),
-            }
-        }))
+        let row = ctx.processes.then(|| ProcessRow {
+            pid: p.key.pid,
+            start_ns: p.key.start_ns,
+            parent_pid: p.parent.map(|k| k.pid),
+            method: p.method,
+            binary: escape(&bins.last),
+            parent_binary: escape(&bins.at_spawn),
+            execs: p
+                .execs
+                .iter()
+                .map(|e| ExecRow {
+                    path: escape(&e.path),
+                    args: e.args.iter().map(|a| escape(a)).collect(),
+                    argc: e.argc,
+                    errno: e.errno,
+                    exec_ns: e.exec_ns,
+                })
+                .collect(),
+            exit: p.exit_status(),
+            atime_updates: atime,
+            phases: PHASES
+                .iter()
+                .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
+                .collect(),
+        });
+        Some(Added { phases: ph, row })
     }
 
     /// The report of the processes added; `trace` gives the counts kept beyond them (threads,
@@ -878,7 +885,7 @@ impl Report {
                 binaries: &binaries,
                 ancestry: &origin.ancestry,
             };
-            if let Some(Some(row)) = builder.add(trace, item) {
+            if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
                 rows.push(row);
             }
         }

@@ -353,7 +353,7 @@ fn the_streaming_report_equals_the_report_in_memory() {
                 binaries: b,
                 ancestry: &o.ancestry,
             };
-            if let Some(Some(row)) = builder.add(trace, item) {
+            if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
                 rows.push(row);
             }
             held = held.max(trace.processes.len());

@@ -60,7 +60,8 @@ fn pagetable_advice(copies: u64, without_exec: u64) -> String {
 /// `--precise-ld`, `ld_reloc_init` also holds the libraries' constructors, which a static
 /// binary runs as well: the share is then an upper bound.
 pub const LD_MIN_SHARE: f64 = 0.2;
-/// ... over at least this many processes.
+/// ... over at least this many processes whose dynamic linking was measured (an `ld_map`: a
+/// fork child that never exec'd counts in its binary's row, but not here).
 pub const LD_MIN_PROCESSES: u64 = 10;
 /// A binary's library search is worth a hint when ld.so opens at least this many paths per
 /// exec beyond its objects and ld.so.cache (over `LD_MIN_PROCESSES` processes) ...
@@ -84,6 +85,12 @@ const PATH_SEARCH_DIRS_SHOWN: usize = 3;
 
 fn phase_total(row: &GroupRow, phase: Phase) -> u64 {
     row.phases.get(phase).map_or(0, |s| s.total)
+}
+
+/// The row's processes whose dynamic linking was measured (an `ld_map`): what the ld.so
+/// hints count, not the row's processes, of which a fork child that never exec'd is one.
+fn ld_measured(row: &GroupRow) -> u64 {
+    row.phases.get(Phase::LdMap).map_or(0, |s| s.count)
 }
 
 fn phase_mean(row: &GroupRow, phase: Phase) -> Option<u64> {
@@ -217,7 +224,7 @@ pub fn find(report: &Report) -> Vec<Hint> {
         let linking =
             phase_total(row, Phase::LdMap).saturating_add(phase_total(row, Phase::LdRelocInit));
         let cost = phase_total(row, Phase::SpawnCost);
-        if row.processes >= LD_MIN_PROCESSES
+        if ld_measured(row) >= LD_MIN_PROCESSES
             && cost > 0
             && linking as f64 >= LD_MIN_SHARE * cost as f64
         {
@@ -276,7 +283,7 @@ fn objects_loaded(mean: f64) -> (String, bool) {
 fn library_search(row: &GroupRow) -> Option<Hint> {
     let (openat, objects) = (row.ld_openat_mean?, row.ld_objects_mean?);
     let in_vain = openat - objects - 1.0;
-    if row.processes < LD_MIN_PROCESSES || in_vain < LD_SEARCH_MIN_MISSES {
+    if ld_measured(row) < LD_MIN_PROCESSES || in_vain < LD_SEARCH_MIN_MISSES {
         return None;
     }
     let (objects, _) = objects_loaded(objects);

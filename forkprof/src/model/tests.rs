@@ -363,6 +363,40 @@ fn hint_library_search_counts_the_paths_opened_in_vain() {
     assert!(!hints_of(&searching(n, 5, 4)).contains(&"library_search"));
 }
 
+/// A binary exec'd once, whose process then forks children that exit without an exec (as
+/// `fp-workload demo` does): its row counts them all, but ld.so ran once, and one exec is no
+/// ground for a hint about ld.so.
+#[test]
+fn ld_hints_count_the_execs_measured_not_the_processes() {
+    use super::hints::LD_MIN_PROCESSES;
+    let n = LD_MIN_PROCESSES as u32;
+    let t = children(b"/opt/app/bin/tool", n, |t, root, c, i| {
+        if i == 0 {
+            let Record::Ld(mut l) = ld(root, ld_outcome::COMPLETE) else {
+                unreachable!()
+            };
+            l.openat_count = 192;
+            l.objects = 4;
+            t.ingest(Record::Ld(l));
+        }
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        t.ingest(exit(c, 0));
+    });
+    let report = Report::build(&t, &Context::for_run(&|_| false));
+    let row = report
+        .group(GroupBy::Binary)
+        .iter()
+        .find(|r| r.binary == "/opt/app/bin/tool")
+        .expect("the binary's row");
+    assert_eq!(row.processes, u64::from(n) + 1);
+    assert_eq!(row.ld_openat_mean, Some(192.0));
+    let hints = hints_of(&t);
+    assert!(
+        !hints.contains(&"library_search") && !hints.contains(&"dynamic_linking"),
+        "{hints:?}"
+    );
+}
+
 /// What static linking saves is ld.so's mapping and relocation, not `ld_start`, which a
 /// static binary pays as `static_start`: a binary whose `ld_*` is mostly `ld_start` (as
 /// `int main(){}` is on a VM where `cpuid` traps) gets no hint, though `ld_*` is most of its

@@ -17,9 +17,16 @@
 #   argv    FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_ARGV_READ=1: the same, but the spawn with
 #           no arguments has its argv read in its exec as the real programs read it: what
 #           that read costs a spawn (less the args row), where bpf_stats counts its time
+# and three controls of the `empty` row, which read about -2.5 instead of 0 on one Intel VM
+# (BENCHMARKS.md, "A quiet hour on the eIBRS host"), not in the default ROWS:
+#   wrapped server A under a shell that waits for it (`sh -c 'SERVER; :'`), nothing traced
+#   sigdfl  server A with SIGINT and SIGQUIT at their defaults (a background job of this
+#           script inherits them ignored; a `forkprof run` command does not), nothing traced
+#   both    each server inside a `forkprof run` of its own, empty programs in both
 # The two servers' own difference moves from run to run by a few microseconds (where each
 # one sleeps and runs), so take the rows over several runs (REPEAT).
 # Usage (root): [FORKPROF=path] [BURN=3300] [REPEAT=3] [ROWS="bare empty traced args burn argv"]
+#   (ROWS may also name wrapped, sigdfl and both)
 #   bench/spawn-pairs.sh [PAIRS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,13 +51,20 @@ servers() { # NAME [forkprof|plain] [ENV...]
   rm -f "$work"/req? "$work"/rep? "$work"/*.err
   mkfifo "$work/reqa" "$work/repa" "$work/reqb" "$work/repb"
   local serve_a=("$sp" serve "$work/true_dyn" "$work/reqa" "$work/repa")
-  if [ "$how" = forkprof ]; then
-    "${clean[@]}" "$@" "$fp" run --report "$work/report.txt" -- "${serve_a[@]}" 2> "$work/a.err" &
-  else
-    "${clean[@]}" "${serve_a[@]}" 2> "$work/a.err" &
-  fi
+  local serve_b=("$sp" serve "$work/true_dyn" "$work/reqb" "$work/repb")
+  case $how in
+    forkprof | both)
+      "${clean[@]}" "$@" "$fp" run --report "$work/report.txt" -- "${serve_a[@]}" 2> "$work/a.err" & ;;
+    wrapped) "${clean[@]}" sh -c '"$@"; :' sh "${serve_a[@]}" 2> "$work/a.err" & ;;
+    sigdfl) "${clean[@]}" env --default-signal=INT,QUIT "${serve_a[@]}" 2> "$work/a.err" & ;;
+    *) "${clean[@]}" "${serve_a[@]}" 2> "$work/a.err" & ;;
+  esac
   local a=$!
-  "${clean[@]}" "$sp" serve "$work/true_dyn" "$work/reqb" "$work/repb" 2> "$work/b.err" &
+  if [ "$how" = both ]; then
+    "${clean[@]}" "$@" "$fp" run --report "$work/report-b.txt" -- "${serve_b[@]}" 2> "$work/b.err" &
+  else
+    "${clean[@]}" "${serve_b[@]}" 2> "$work/b.err" &
+  fi
   local b=$!
   local out
   out=$("${clean[@]}" "$sp" servers "$pairs" "$work/reqa" "$work/repa" "$work/reqb" \
@@ -72,10 +86,13 @@ for r in ${ROWS:-bare empty traced args burn argv}; do
     bare) servers bare plain ;;
     empty) servers empty forkprof FORKPROF_BENCH_EMPTY=1 ;;
     traced) servers traced forkprof ;;
+    wrapped) servers wrapped wrapped ;;
+    sigdfl) servers sigdfl sigdfl ;;
+    both) servers both both FORKPROF_BENCH_EMPTY=1 ;;
     args) args args ;;
     burn) args burn FORKPROF_BENCH_BURN="${BURN:-3300}" ;;
     argv) args argv FORKPROF_BENCH_ARGV_READ=1 ;;
-    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn argv)" >&2; exit 2 ;;
+    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn argv wrapped sigdfl both)" >&2; exit 2 ;;
   esac
 done
 done

@@ -313,18 +313,24 @@ fn hint_dynamic_linking_when_ld_dominates() {
     assert!(!hints_of(&few).contains(&"dynamic_linking"));
 }
 
+/// A complete dynamic-linker record of `proc`, whose ld.so opened `openat` paths to load
+/// `objects` objects.
+fn ld_searched(proc: ProcKey, openat: u32, objects: u32) -> Record {
+    let Record::Ld(mut l) = ld(proc, ld_outcome::COMPLETE) else {
+        unreachable!()
+    };
+    l.openat_count = openat;
+    l.objects = objects;
+    Record::Ld(l)
+}
+
 /// `n` children of `/bin/sh` that exec `/opt/app/bin/tool`, whose ld.so opened `openat` paths
 /// to load `objects` objects.
 fn searching(n: u32, openat: u32, objects: u32) -> Trace {
     children(b"/bin/sh", n, |t, root, c, _| {
         t.ingest(spawn(root, c, 56, SIGCHLD));
         t.ingest(exec(c, c.start_ns + 200_000, b"/opt/app/bin/tool", 0, 1));
-        let Record::Ld(mut l) = ld(c, ld_outcome::COMPLETE) else {
-            unreachable!()
-        };
-        l.openat_count = openat;
-        l.objects = objects;
-        t.ingest(Record::Ld(l));
+        t.ingest(ld_searched(c, openat, objects));
         t.ingest(exit(c, 0));
     })
 }
@@ -372,12 +378,7 @@ fn ld_hints_count_the_execs_measured_not_the_processes() {
     let n = LD_MIN_PROCESSES as u32;
     let t = children(b"/opt/app/bin/tool", n, |t, root, c, i| {
         if i == 0 {
-            let Record::Ld(mut l) = ld(root, ld_outcome::COMPLETE) else {
-                unreachable!()
-            };
-            l.openat_count = 192;
-            l.objects = 4;
-            t.ingest(Record::Ld(l));
+            t.ingest(ld_searched(root, 192, 4));
         }
         t.ingest(spawn(root, c, 56, SIGCHLD));
         t.ingest(exit(c, 0));

@@ -690,7 +690,8 @@ fn flamegraph_folded_and_perfetto_outputs() {
         &[
             "sh",
             "-c",
-            &format!("{} spawn fork 5 /bin/true", w.display()),
+            // `:` last, so that the shell stays `sh` (bash would exec the workload in its place).
+            &format!("{} spawn fork 5 /bin/true; :", w.display()),
         ],
         |_| {},
     );

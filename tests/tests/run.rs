@@ -588,7 +588,8 @@ fn the_path_search_hint_names_what_was_searched_and_where() {
         &[
             "/bin/sh",
             "-c",
-            "env true; env true; env true; env true; env true",
+            // `:` last, so that the fifth `env` is the shell's child under any /bin/sh.
+            "env true; env true; env true; env true; env true; :",
         ],
         |c| {
             c.env("PATH", &path);
@@ -739,7 +740,9 @@ fn unrelated_processes_never_appear() {
         &[
             "sh",
             "-c",
-            &format!("{} spawn fork 50 /bin/true; sleep 1", w.display()),
+            // `:` last: a shell that execs its last command in place (bash, busybox) would
+            // otherwise be `sleep`, and the count below one fewer.
+            &format!("{} spawn fork 50 /bin/true; sleep 1; :", w.display()),
         ],
         |_| {},
     );

@@ -33,7 +33,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 pairs=${1:-3000}
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/spawn_pairs" "$root/bench/spawn_pairs.c" -lm
 gcc -O2 -o "$work/true_dyn" "$root/bench/true_dyn.c"
 clean=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)

@@ -30,11 +30,13 @@ for _ in $(seq "${ROUNDS:-40}"); do
   f=$("$fp" run --report /dev/null -- "$loop" "$n" "$true_dyn" 2>/dev/null | us)
   gone
   b2=$("$loop" "$n" "$true_dyn" | us)
-  "$fp" run --report /dev/null -- sh -c "touch $work/ready; exec sleep 600" >/dev/null 2>&1 &
+  # forkprof starts its command once every program is attached: a `sleep` child says so
+  # (under sudo the command runs as the invoking user, who could not write to $work).
+  "$fp" run --report /dev/null -- sleep 600 >/dev/null 2>&1 &
   agent=$!
-  while [ ! -e "$work/ready" ]; do sleep 0.05; done
+  until pgrep -P "$agent" -x sleep > /dev/null; do sleep 0.05; done
   o=$("$loop" "$n" "$true_dyn" | us)
-  kill -INT "$agent"; wait "$agent" 2>/dev/null || true; agent=; rm -f "$work/ready"
+  kill -INT "$agent"; wait "$agent" 2>/dev/null || true; agent=
   gone
   b3=$("$loop" "$n" "$true_dyn" | us)
   e=$(FORKPROF_BENCH_EMPTY=1 "$fp" run --report /dev/null -- "$loop" "$n" "$true_dyn" 2>/dev/null | us)

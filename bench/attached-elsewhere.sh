@@ -10,15 +10,18 @@
 # bench/spawn-pairs.sh cancel (BENCHMARKS.md, "The eIBRS host's last three cells").
 # Prints each row's median over the rounds with its 90% interval (order statistics), and
 # `followed` and `elsewhere` less `empty` round by round.
-# Needs target/bench/spawn_loop and true_dyn (built by `cargo xtask bench`).
-# Usage (root): [ROUNDS=40] [FORKPROF=path] bench/attached-elsewhere.sh [ITERATIONS]
+# Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
+#   [ROUNDS=40] [FORKPROF=path] bench/attached-elsewhere.sh [ITERATIONS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 loop=$root/target/bench/spawn_loop
 true_dyn=$root/target/bench/true_dyn
 n=${1:-1000}
-[ -x "$loop" ] && [ -x "$true_dyn" ] || { echo "build them first: cargo xtask bench --only control --pairs 1" >&2; exit 1; }
+for f in "$fp" "$loop" "$true_dyn"; do
+  [ -x "$f" ] || { echo "attached-elsewhere: $f is missing (build it first)" >&2; exit 2; }
+done
+[ "$(id -u)" = 0 ] || { echo "attached-elsewhere: needs root" >&2; exit 2; }
 work=$(mktemp -d)
 agent=
 trap '{ [ -n "$agent" ] && kill "$agent" 2>/dev/null; } || true; rm -rf "$work"' EXIT
@@ -34,7 +37,10 @@ for _ in $(seq "${ROUNDS:-40}"); do
   # (under sudo the command runs as the invoking user, who could not write to $work).
   "$fp" run --report /dev/null -- sleep 600 >/dev/null 2>&1 &
   agent=$!
-  until pgrep -P "$agent" -x sleep > /dev/null; do sleep 0.05; done
+  until pgrep -P "$agent" -x sleep > /dev/null; do
+    kill -0 "$agent" 2>/dev/null || { echo "attached-elsewhere: forkprof run exited before its command ran" >&2; exit 1; }
+    sleep 0.05
+  done
   o=$("$loop" "$n" "$true_dyn" | us)
   kill -INT "$agent"; wait "$agent" 2>/dev/null || true; agent=
   gone

@@ -17,6 +17,11 @@
 #   argv    FORKPROF_BENCH_EMPTY=1 FORKPROF_BENCH_ARGV_READ=1: the same, but the spawn with
 #           no arguments has its argv read in its exec as the real programs read it: what
 #           that read costs a spawn (less the args row), where bpf_stats counts its time
+# the same three server rows in blocks (bench/spawn_pairs.c, BLOCK): BLOCK spawns of one
+# server's, then BLOCK of the other's, so that what a followed spawn leaves behind for the
+# spawn after it (caches, branch predictors) lands on followed spawns, as it does in a run
+# of the bench loop, where in random order it lands on both servers alike and cancels:
+#   bare-blocks, empty-blocks, traced-blocks
 # and three controls of the `empty` row, which read about -2.5 instead of 0 on one Intel VM
 # (BENCHMARKS.md, "A quiet hour on the eIBRS host"), not in the default ROWS:
 #   wrapped server A under a shell that waits for it (`sh -c 'SERVER; :'`), nothing traced
@@ -25,13 +30,15 @@
 #   both    each server inside a `forkprof run` of its own, empty programs in both
 # The two servers' own difference moves from run to run by a few microseconds (where each
 # one sleeps and runs), so take the rows over several runs (REPEAT).
-# Usage (root): [FORKPROF=path] [BURN=3300] [REPEAT=3] [ROWS="bare empty traced args burn argv"]
-#   (ROWS may also name wrapped, sigdfl and both)
+# Usage (root): [FORKPROF=path] [BURN=3300] [BLOCK=50] [REPEAT=3]
+#   [ROWS="bare empty traced args burn argv"]
+#   (ROWS may also name bare-blocks, empty-blocks, traced-blocks, wrapped, sigdfl and both)
 #   bench/spawn-pairs.sh [PAIRS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 pairs=${1:-3000}
+block=${BLOCK:-50}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/spawn_pairs" "$root/bench/spawn_pairs.c" -lm
@@ -45,9 +52,9 @@ fail() {
 }
 # Server A (under forkprof run with the environment given, if any) and server B, on FIFOs,
 # then the pairs; each server exits when the client closes its FIFO.
-servers() { # NAME [forkprof|plain] [ENV...]
-  local name=$1 how=$2
-  shift 2
+servers() { # NAME BLOCK [forkprof|plain|wrapped|sigdfl|both] [ENV...]
+  local name=$1 block=$2 how=$3
+  shift 3
   rm -f "$work"/req? "$work"/rep? "$work"/*.err
   mkfifo "$work/reqa" "$work/repa" "$work/reqb" "$work/repb"
   local serve_a=("$sp" serve "$work/true_dyn" "$work/reqa" "$work/repa")
@@ -68,31 +75,38 @@ servers() { # NAME [forkprof|plain] [ENV...]
   local b=$!
   local out
   out=$("${clean[@]}" "$sp" servers "$pairs" "$work/reqa" "$work/repa" "$work/reqb" \
-    "$work/repb" 2> "$work/client.err") || fail "$name"
+    "$work/repb" "$block" 2> "$work/client.err") || fail "$name"
   wait "$a" || fail "$name"
   wait "$b" || fail "$name"
-  printf '%-7s %s\n' "$name" "$out"
+  printf '%-13s %s\n' "$name" "$out"
 }
 args() { # NAME [ENV...]
   local name=$1 out
   shift
   out=$("${clean[@]}" FORKPROF_BENCH_EMPTY=1 "$@" "$fp" run --report "$work/report.txt" -- \
     "$sp" args "$pairs" "$work/true_dyn" 2> "$work/args.err") || fail "$name"
-  printf '%-7s %s\n' "$name" "$(grep -m1 '^spawn_pairs:' <<< "$out")"
+  printf '%-13s %s\n' "$name" "$(grep -m1 '^spawn_pairs:' <<< "$out")"
 }
 for _ in $(seq "${REPEAT:-3}"); do
 for r in ${ROWS:-bare empty traced args burn argv}; do
   case $r in
-    bare) servers bare plain ;;
-    empty) servers empty forkprof FORKPROF_BENCH_EMPTY=1 ;;
-    traced) servers traced forkprof ;;
-    wrapped) servers wrapped wrapped ;;
-    sigdfl) servers sigdfl sigdfl ;;
-    both) servers both both FORKPROF_BENCH_EMPTY=1 ;;
+    bare) servers bare 1 plain ;;
+    empty) servers empty 1 forkprof FORKPROF_BENCH_EMPTY=1 ;;
+    traced) servers traced 1 forkprof ;;
+    bare-blocks) servers bare-blocks "$block" plain ;;
+    empty-blocks) servers empty-blocks "$block" forkprof FORKPROF_BENCH_EMPTY=1 ;;
+    traced-blocks) servers traced-blocks "$block" forkprof ;;
+    wrapped) servers wrapped 1 wrapped ;;
+    sigdfl) servers sigdfl 1 sigdfl ;;
+    both) servers both 1 both FORKPROF_BENCH_EMPTY=1 ;;
     args) args args ;;
     burn) args burn FORKPROF_BENCH_BURN="${BURN:-3300}" ;;
     argv) args argv FORKPROF_BENCH_ARGV_READ=1 ;;
-    *) echo "spawn-pairs: no row $r (rows: bare empty traced args burn argv wrapped sigdfl both)" >&2; exit 2 ;;
+    *)
+      echo "spawn-pairs: no row $r (rows: bare empty traced args burn argv bare-blocks" \
+        "empty-blocks traced-blocks wrapped sigdfl both)" >&2
+      exit 2
+      ;;
   esac
 done
 done

@@ -4,7 +4,7 @@
  * a difference between two runs by as much) cancels.
  *
  *   spawn_pairs args PAIRS PROGRAM
- *   spawn_pairs servers PAIRS REQUESTS_A REPLIES_A REQUESTS_B REPLIES_B
+ *   spawn_pairs servers PAIRS REQUESTS_A REPLIES_A REQUESTS_B REPLIES_B [BLOCK]
  *   spawn_pairs serve PROGRAM REQUESTS REPLIES
  *
  * Each pair is two spawns of PROGRAM (fork, exec, wait), A and B, in an order drawn at
@@ -20,12 +20,18 @@
  *   REPLIES`, on FIFOs), started the same way but for one thing: bench/spawn-pairs.sh
  *   starts A inside `forkprof run`, which follows it and its children, and B outside it,
  *   whose spawns forkprof's programs see and leave at their first checks.
+ *   With BLOCK above 1, the spawns come in blocks of BLOCK of one server's, then BLOCK of
+ *   the other's (the blocks' order drawn at random), and pair i of a block is the i-th
+ *   spawn of each: every spawn but a block's first then follows one of its own server's.
+ *   In random order, a spawn follows one of the other server's half the time, so what one
+ *   kind of spawn leaves behind for the next (caches, branch predictors) lands on both
+ *   kinds alike and cancels; in blocks it lands on its own kind (BENCHMARKS.md).
  * `serve`: for each byte read from the FIFO REQUESTS, spawns PROGRAM and writes its wall and
  *   CPU time (two int64 nanosecond counts) to the FIFO REPLIES; returns at end of input.
  *
  * Prints one line on stdout:
  *
- *   spawn_pairs: MODE pairs=N b_us=W b_cpu_us=C wall_us=D (LO .. HI) wall_mean_us=M cpu_us=E (LO .. HI) cpu_mean_us=K
+ *   spawn_pairs: MODE pairs=N block=K b_us=W b_cpu_us=C wall_us=D (LO .. HI) wall_mean_us=M cpu_us=E (LO .. HI) cpu_mean_us=K
  *
  * W and C are B's medians; D and E the medians of the pairs' differences A less B, with
  * their 90% intervals (order statistics, by the normal approximation of the binomial); M
@@ -160,7 +166,8 @@ static void summary(const char *name, double *v, long n)
 static int usage(void)
 {
 	fprintf(stderr, "usage: spawn_pairs args PAIRS PROGRAM\n"
-			"       spawn_pairs servers PAIRS REQUESTS_A REPLIES_A REQUESTS_B REPLIES_B\n"
+			"       spawn_pairs servers PAIRS REQUESTS_A REPLIES_A REQUESTS_B REPLIES_B "
+			"[BLOCK]\n"
 			"       spawn_pairs serve PROGRAM REQUESTS REPLIES\n");
 	return 2;
 }
@@ -175,7 +182,7 @@ int main(int argc, char **argv)
 		}
 		return serve(in, out, argv[2]);
 	}
-	int servers = argc == 7 && strcmp(argv[1], "servers") == 0;
+	int servers = (argc == 7 || argc == 8) && strcmp(argv[1], "servers") == 0;
 	if (!servers && !(argc == 4 && strcmp(argv[1], "args") == 0))
 		return usage();
 	char *end = NULL;
@@ -184,6 +191,16 @@ int main(int argc, char **argv)
 	if (errno || end == argv[2] || *end || n < 10 || n > 10000000) {
 		fprintf(stderr, "spawn_pairs: bad PAIRS '%s' (10 or more)\n", argv[2]);
 		return 2;
+	}
+	long block = 1;
+	if (servers && argc == 8) {
+		end = NULL;
+		errno = 0;
+		block = strtol(argv[7], &end, 10);
+		if (errno || end == argv[7] || *end || block < 1 || block > n) {
+			fprintf(stderr, "spawn_pairs: bad BLOCK '%s' (1 to PAIRS)\n", argv[7]);
+			return 2;
+		}
 	}
 	const char *prog = servers ? NULL : argv[3];
 	/* servers: A's FIFOs, then B's */
@@ -204,24 +221,36 @@ int main(int argc, char **argv)
 		fprintf(stderr, "spawn_pairs: out of memory\n");
 		return 1;
 	}
+	/* One block's samples of each server: [0]: A, [1]: B. */
+	struct sample *blk[2] = {malloc(sizeof(struct sample) * (size_t)block),
+				 malloc(sizeof(struct sample) * (size_t)block)};
+	if (!blk[0] || !blk[1]) {
+		fprintf(stderr, "spawn_pairs: out of memory\n");
+		return 1;
+	}
 	uint64_t rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)now_ns();
-	for (long i = 0; i < n; i++) {
+	for (long i0 = 0; i0 < n; i0 += block) {
+		long len = n - i0 < block ? n - i0 : block;
 		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
 		int b_first = (int)(rng >> 63);
-		struct sample s[2]; /* [0]: A, [1]: B */
 		for (int j = 0; j < 2; j++) {
 			int which = b_first ? !j : j;
-			int failed = servers ? ask(req[which], rep[which], &s[which])
-					    : spawn(prog, which ? "b" : NULL, &s[which]);
-			if (failed)
-				return 1;
+			for (long i = 0; i < len; i++) {
+				struct sample *s = &blk[which][i];
+				int failed = servers ? ask(req[which], rep[which], s)
+						    : spawn(prog, which ? "b" : NULL, s);
+				if (failed)
+					return 1;
+			}
 		}
-		b_wall[i] = (double)s[1].wall_ns;
-		b_cpu[i] = (double)s[1].cpu_ns;
-		d_wall[i] = (double)(s[0].wall_ns - s[1].wall_ns);
-		d_cpu[i] = (double)(s[0].cpu_ns - s[1].cpu_ns);
+		for (long i = 0; i < len; i++) {
+			b_wall[i0 + i] = (double)blk[1][i].wall_ns;
+			b_cpu[i0 + i] = (double)blk[1][i].cpu_ns;
+			d_wall[i0 + i] = (double)(blk[0][i].wall_ns - blk[1][i].wall_ns);
+			d_cpu[i0 + i] = (double)(blk[0][i].cpu_ns - blk[1][i].cpu_ns);
+		}
 	}
-	printf("spawn_pairs: %s pairs=%ld b_us=%.2f b_cpu_us=%.2f", argv[1], n,
+	printf("spawn_pairs: %s pairs=%ld block=%ld b_us=%.2f b_cpu_us=%.2f", argv[1], n, block,
 	       median_us(b_wall, n), median_us(b_cpu, n));
 	summary("wall", d_wall, n);
 	summary("cpu", d_cpu, n);

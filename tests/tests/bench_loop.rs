@@ -211,39 +211,129 @@ fn spawn_pairs_args_times_a_spawn_without_arguments_less_one_with() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
-    let (dir, bin, spin) = spawn_pairs();
+/// `spawn_pairs servers PAIRS ... [BLOCK]` against two servers in `dir`, A spawning
+/// `program_a` and B `program_b`, both with `env` set if given; the client's output, once
+/// both servers have returned (each does when the client closes its FIFO).
+fn servers_pairs(
+    dir: &Path,
+    bin: &Path,
+    (program_a, program_b): (&Path, &Path),
+    env: Option<(&str, &Path)>,
+    block: Option<&str>,
+) -> std::process::Output {
     let fifo = |name: &str| {
         let p = dir.join(name);
+        let _ = std::fs::remove_file(&p);
         let ok = Command::new("mkfifo").arg(&p).status().unwrap().success();
         assert!(ok, "mkfifo {}", p.display());
         p.to_str().unwrap().to_string()
     };
     let (req_a, rep_a, req_b, rep_b) = (fifo("reqa"), fifo("repa"), fifo("reqb"), fifo("repb"));
-    // Server A spawns the spinner, which spins 2 ms; B the build that does not.
-    let spin_b = dir.join("nospin");
-    let spin_b = spin_b.to_str().unwrap();
-    let serve = |program: &str, req: &str, rep: &str| {
-        Spinner(
-            Command::new(&bin)
-                .args(["serve", program, req, rep])
-                .spawn()
-                .unwrap(),
-        )
+    let serve = |program: &Path, req: &str, rep: &str| {
+        let mut c = Command::new(bin);
+        c.arg("serve").arg(program).args([req, rep]);
+        if let Some((key, value)) = env {
+            c.env(key, value);
+        }
+        Spinner(c.spawn().unwrap())
     };
-    let mut a = serve(spin.to_str().unwrap(), &req_a, &rep_a);
-    let mut b = serve(spin_b, &req_b, &rep_b);
-    let out = Command::new(&bin)
+    let mut a = serve(program_a, &req_a, &rep_a);
+    let mut b = serve(program_b, &req_b, &rep_b);
+    let out = Command::new(bin)
         .args(["servers", PAIRS, &req_a, &rep_a, &req_b, &rep_b])
+        .args(block)
         .output()
         .unwrap();
+    for s in [&mut a, &mut b] {
+        assert!(s.0.wait().unwrap().success(), "a server failed: {out:?}");
+    }
+    out
+}
+
+#[test]
+fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
+    let (dir, bin, spin) = spawn_pairs();
+    // Server A spawns the spinner, which spins 2 ms; B the build that does not.
+    let out = servers_pairs(&dir, &bin, (&spin, &dir.join("nospin")), None, None);
     // The two builds' start-up costs the same but for noise (see PAIRS).
     let (wall, cpu) = pair_medians(&out);
     assert!((1900.0..2500.0).contains(&cpu) && wall >= 1900.0, "{out:?}");
-    // Each server returns once the client has closed its FIFO.
-    for s in [&mut a, &mut b] {
-        assert!(s.0.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A program of kind `KIND` ('a' or 'b') that spins 2 ms of CPU when the program run before
+/// it was of its own kind, as the file named by SPAWN_PAIRS_TEST_LAST says, and then writes
+/// its kind there. Built with KIND 'b' and NOSPIN, it only writes.
+const SPIN_AFTER_OWN_KIND: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static long long cpu_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+int main(void)
+{
+	const char *path = getenv("SPAWN_PAIRS_TEST_LAST");
+	if (!path)
+		return 3;
+	FILE *f = fopen(path, "r");
+	int last = f ? fgetc(f) : EOF;
+	if (f)
+		fclose(f);
+#ifndef NOSPIN
+	if (last == KIND) {
+		long long start = cpu_ns();
+		while (cpu_ns() - start < 2000000)
+			;
+	}
+#endif
+	f = fopen(path, "w");
+	if (!f || fputc(KIND, f) == EOF || fclose(f) != 0)
+		return 4;
+	return 0;
+}
+"#;
+
+/// In blocks, a spawn follows one of its own server's, which random order gives it only a
+/// quarter of the time: a program that spins only after its own kind shows the difference.
+#[test]
+fn spawn_pairs_blocks_put_each_spawn_after_its_own_servers() {
+    let (dir, bin, _) = spawn_pairs();
+    std::fs::write(dir.join("after.c"), SPIN_AFTER_OWN_KIND).unwrap();
+    gcc(&dir, &["-O2", "-DKIND='a'", "-o", "after_a", "after.c"]);
+    gcc(
+        &dir,
+        &["-O2", "-DKIND='b'", "-DNOSPIN", "-o", "after_b", "after.c"],
+    );
+    let programs = (&dir.join("after_a") as &Path, &dir.join("after_b") as &Path);
+    let last = dir.join("last");
+    let env = Some(("SPAWN_PAIRS_TEST_LAST", last.as_path()));
+    // Blocks of 10: nine A spawns in ten follow an A, so the median pair spins.
+    let out = servers_pairs(&dir, &bin, programs, env, Some("10"));
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(line.contains(" block=10 "), "{out:?}");
+    let (wall, cpu) = pair_medians(&out);
+    assert!((1900.0..2500.0).contains(&cpu) && wall >= 1900.0, "{out:?}");
+    // In random order (no BLOCK, or 1), an A spawn follows an A one only when it comes first
+    // in its pair and the pair before ended with an A: a quarter of the time, so the median
+    // pair does not spin.
+    for block in [None, Some("1")] {
+        let out = servers_pairs(&dir, &bin, programs, env, block);
+        let line = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(line.contains(" block=1 "), "{out:?}");
+        let (_, cpu) = pair_medians(&out);
+        assert!(cpu < 1000.0, "{out:?}");
+    }
+    // A block of none, or of more spawns than the pairs, is bad usage: exit status 2.
+    for bad in ["0", "201", "x"] {
+        let out = Command::new(&bin)
+            .args(["servers", PAIRS, "r", "r", "r", "r", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "BLOCK {bad}: {out:?}");
     }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -137,7 +137,12 @@ fn the_loops_cpu_time_is_its_own_and_its_childrens() {
 
 /// A program that spins 2 ms of CPU from the start of main when it is given no arguments,
 /// and returns at once when it is given any, or when it is built with NOSPIN defined.
+/// Built with KIND defined ('a' or 'b'), it spins instead when the program run before it was
+/// of its own kind, as the file named by SPAWN_PAIRS_TEST_LAST says (NOSPIN: never), and then
+/// writes its kind there.
 const SPIN_WITHOUT_ARGS: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 static long long cpu_ns(void)
 {
@@ -145,19 +150,40 @@ static long long cpu_ns(void)
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
-int main(int argc, char **argv)
+static void spin(void)
 {
-	(void)argv;
-#ifdef NOSPIN
-	argc = 2;
-#endif
-	if (argc > 1)
-		return 0;
+#ifndef NOSPIN
 	long long start = cpu_ns();
 	while (cpu_ns() - start < 2000000)
 		;
+#endif
+}
+#ifndef KIND
+int main(int argc, char **argv)
+{
+	(void)argv;
+	if (argc == 1)
+		spin();
 	return 0;
 }
+#else
+int main(void)
+{
+	const char *path = getenv("SPAWN_PAIRS_TEST_LAST");
+	if (!path)
+		return 3;
+	FILE *f = fopen(path, "r");
+	int last = f ? fgetc(f) : EOF;
+	if (f)
+		fclose(f);
+	if (last == KIND)
+		spin();
+	f = fopen(path, "w");
+	if (!f || fputc(KIND, f) == EOF || fclose(f) != 0)
+		return 4;
+	return 0;
+}
+#endif
 "#;
 
 /// bench/spawn_pairs.c and the spinner above (also built with NOSPIN, as `nospin`), built
@@ -261,52 +287,16 @@ fn spawn_pairs_servers_times_server_as_spawns_less_server_bs() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A program of kind `KIND` ('a' or 'b') that spins 2 ms of CPU when the program run before
-/// it was of its own kind, as the file named by SPAWN_PAIRS_TEST_LAST says, and then writes
-/// its kind there. Built with KIND 'b' and NOSPIN, it only writes.
-const SPIN_AFTER_OWN_KIND: &str = r#"
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-static long long cpu_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-int main(void)
-{
-	const char *path = getenv("SPAWN_PAIRS_TEST_LAST");
-	if (!path)
-		return 3;
-	FILE *f = fopen(path, "r");
-	int last = f ? fgetc(f) : EOF;
-	if (f)
-		fclose(f);
-#ifndef NOSPIN
-	if (last == KIND) {
-		long long start = cpu_ns();
-		while (cpu_ns() - start < 2000000)
-			;
-	}
-#endif
-	f = fopen(path, "w");
-	if (!f || fputc(KIND, f) == EOF || fclose(f) != 0)
-		return 4;
-	return 0;
-}
-"#;
-
 /// In blocks, a spawn follows one of its own server's, which random order gives it only a
 /// quarter of the time: a program that spins only after its own kind shows the difference.
 #[test]
 fn spawn_pairs_blocks_put_each_spawn_after_its_own_servers() {
     let (dir, bin, _) = spawn_pairs();
-    std::fs::write(dir.join("after.c"), SPIN_AFTER_OWN_KIND).unwrap();
-    gcc(&dir, &["-O2", "-DKIND='a'", "-o", "after_a", "after.c"]);
+    // The spinner built to spin after its own kind (A), and to never spin (B).
+    gcc(&dir, &["-O2", "-DKIND='a'", "-o", "after_a", "spin.c"]);
     gcc(
         &dir,
-        &["-O2", "-DKIND='b'", "-DNOSPIN", "-o", "after_b", "after.c"],
+        &["-O2", "-DKIND='b'", "-DNOSPIN", "-o", "after_b", "spin.c"],
     );
     let programs = (&dir.join("after_a") as &Path, &dir.join("after_b") as &Path);
     let last = dir.join("last");

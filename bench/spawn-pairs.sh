@@ -20,7 +20,8 @@
 # the same three server rows in blocks (bench/spawn_pairs.c, BLOCK): BLOCK spawns of one
 # server's, then BLOCK of the other's, so that what a followed spawn leaves behind for the
 # spawn after it (caches, branch predictors) lands on followed spawns, as it does in a run
-# of the bench loop, where in random order it lands on both servers alike and cancels:
+# of the bench loop, where in random order it lands on the unfollowed server's spawns three
+# times in four (a pair's spawns are then up to 2 BLOCK - 1 apart, so drift cancels less):
 #   bare-blocks, empty-blocks, traced-blocks
 # and three controls of the `empty` row, which read about -2.5 instead of 0 on one Intel VM
 # (BENCHMARKS.md, "A quiet hour on the eIBRS host"), not in the default ROWS:
@@ -39,6 +40,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 fp=${FORKPROF:-$root/target/release/forkprof}
 pairs=${1:-3000}
 block=${BLOCK:-50}
+if [[ " ${ROWS:-} " == *-blocks\ * ]] && ! { [[ $block =~ ^[1-9][0-9]*$ ]] && ((block <= pairs)); }; then
+  echo "spawn-pairs: BLOCK must be a whole number from 1 to PAIRS ($pairs), not '$block'" >&2
+  exit 2
+fi
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/spawn_pairs" "$root/bench/spawn_pairs.c" -lm

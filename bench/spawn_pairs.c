@@ -23,19 +23,24 @@
  *   With BLOCK above 1, the spawns come in blocks of BLOCK of one server's, then BLOCK of
  *   the other's (the blocks' order drawn at random), and pair i of a block is the i-th
  *   spawn of each: every spawn but a block's first then follows one of its own server's.
- *   In random order, a spawn follows one of the other server's half the time, so what one
- *   kind of spawn leaves behind for the next (caches, branch predictors) lands on both
- *   kinds alike and cancels; in blocks it lands on its own kind (BENCHMARKS.md).
+ *   In random order, a spawn follows one of the other server's three times in four, so
+ *   what a spawn of A leaves behind for the next (caches, branch predictors), x, lands on
+ *   B's spawns three times as often as on A's, and the difference reads x/2 less than what
+ *   A's spawns cost; in blocks of L it reads about x (1 - 1.5/L) more, between runs of a
+ *   loop x more, so blocks less random order is about 1.5 x (BENCHMARKS.md, "The lead
+ *   tested"). The price: a pair's two spawns are up to 2 BLOCK - 1 spawns apart, so the
+ *   host's drift cancels less well than in random order, where they are side by side.
  * `serve`: for each byte read from the FIFO REQUESTS, spawns PROGRAM and writes its wall and
  *   CPU time (two int64 nanosecond counts) to the FIFO REPLIES; returns at end of input.
  *
  * Prints one line on stdout:
  *
- *   spawn_pairs: MODE pairs=N block=K b_us=W b_cpu_us=C wall_us=D (LO .. HI) wall_mean_us=M cpu_us=E (LO .. HI) cpu_mean_us=K
+ *   spawn_pairs: MODE pairs=N block=L b_us=W b_cpu_us=C wall_us=D (LO .. HI) wall_mean_us=M cpu_us=E (LO .. HI) cpu_mean_us=K
  *
  * W and C are B's medians; D and E the medians of the pairs' differences A less B, with
  * their 90% intervals (order statistics, by the normal approximation of the binomial); M
- * and K the means of the differences with the 1% of each tail left out. Exits 1 if a spawn
+ * and K the means of the differences with the 1% of each tail left out; L is BLOCK (1 for
+ * random order, and always for `args`). Exits 1 if a spawn
  * fails, 2 on bad usage.
  */
 #include <errno.h>

@@ -14,14 +14,9 @@
 #   [ROUNDS=40] [FORKPROF=path] bench/attached-elsewhere.sh [ITERATIONS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-fp=${FORKPROF:-$root/target/release/forkprof}
-loop=$root/target/bench/spawn_loop
-true_dyn=$root/target/bench/true_dyn
+. "$root/bench/loop-inputs.sh"
 n=${1:-1000}
-for f in "$fp" "$loop" "$true_dyn"; do
-  [ -x "$f" ] || { echo "attached-elsewhere: $f is missing (build it first)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "attached-elsewhere: needs root" >&2; exit 2; }
+loop_inputs attached-elsewhere
 work=$(mktemp -d)
 agent=
 trap '{ [ -n "$agent" ] && kill "$agent" 2>/dev/null; } || true; rm -rf "$work"' EXIT

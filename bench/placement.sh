@@ -14,15 +14,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/start-agent.sh"
-fp=${FORKPROF:-$root/target/release/forkprof}
-loop=$root/target/bench/spawn_loop
-true_dyn=$root/target/bench/true_dyn
+. "$root/bench/loop-inputs.sh"
 n=${1:-2000}
 mode=${MODE:-run}
-for f in "$fp" "$loop" "$true_dyn"; do
-  [ -x "$f" ] || { echo "placement: $f is missing (build it first)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "placement: needs root (kallsyms addresses, bpf_stats)" >&2; exit 2; }
+loop_inputs placement "kallsyms addresses, bpf_stats"
 case $mode in run|monitor) ;; *) echo "placement: MODE is run or monitor" >&2; exit 2 ;; esac
 work=$(mktemp -d)
 stats_was=$(sysctl -n kernel.bpf_stats_enabled)

@@ -9,14 +9,9 @@
 #   [ROUNDS=3] [FORKPROF=path/to/forkprof] bench/unfollowed.sh [ITERATIONS]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-fp=${FORKPROF:-$root/target/release/forkprof}
-loop=$root/target/bench/spawn_loop
-true_dyn=$root/target/bench/true_dyn
+. "$root/bench/loop-inputs.sh"
 n=${1:-2000}
-for f in "$fp" "$loop" "$true_dyn"; do
-  [ -x "$f" ] || { echo "unfollowed: $f is missing (build it first)" >&2; exit 2; }
-done
-[ "$(id -u)" = 0 ] || { echo "unfollowed: needs root" >&2; exit 2; }
+loop_inputs unfollowed
 work=$(mktemp -d)
 stats_was=$(sysctl -n kernel.bpf_stats_enabled)
 trap 'kill $(jobs -p) 2>/dev/null || true; sysctl -q kernel.bpf_stats_enabled="$stats_was"; rm -rf "$work"' EXIT

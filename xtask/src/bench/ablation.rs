@@ -67,7 +67,7 @@ pub(super) fn measure(
             measure::pairs(args, &paths, clock, &[Tool::ForkprofEmpty, Tool::Forkprof])?;
         let real = rows.pop().expect("two rows");
         let empty = rows.pop().expect("two rows");
-        let n = f64::from(args.iterations);
+        let n = f64::from(args.iterations());
         let mine: Vec<&ProgStat> = stats
             .unwrap_or_default()
             .iter()

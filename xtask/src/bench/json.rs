@@ -205,7 +205,7 @@ pub(super) fn json(
 ) -> Result<String> {
     Ok(serde_json::to_string(&JsonReport {
         workload: args.workload,
-        iterations: args.iterations,
+        iterations: args.iterations(),
         pairs: args.pairs,
         max_background: args.max_background,
         pinned: args.pin,

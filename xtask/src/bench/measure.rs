@@ -125,7 +125,7 @@ pub(super) fn pairs(
     eprintln!(
         "xtask: bench: {} pairs of {} iterations, tools: {}",
         args.pairs,
-        args.iterations,
+        args.iterations(),
         labels.join(", ")
     );
     let mut bare = Row::new("bare", false);
@@ -204,8 +204,8 @@ fn measure_pair(
     let mut attempt = 0;
     loop {
         clock.wait_quiet(args.max_background);
-        let b = run_loop(paths, clock, None, args.iterations).context("a bare run failed")?;
-        let t = match run_loop(paths, clock, Some(tool), args.iterations) {
+        let b = run_loop(paths, clock, None, args.iterations()).context("a bare run failed")?;
+        let t = match run_loop(paths, clock, Some(tool), args.iterations()) {
             Ok(t) => t,
             Err(e) => return Ok(Err(e)),
         };

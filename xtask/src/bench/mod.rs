@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: forkprof's overhead on a fork+exec loop, side by side with peers.
 //!
 //! The workload is `bench/spawn_loop.c`: fork + execl of a dynamically linked
-//! `int main(){return 0;}` (`bench/true_dyn.c`) + waitpid, N iterations. The loop times
+//! `int main(){return 0;}` (`bench/true_dyn.c`) + waitpid, N iterations; or, with
+//! `--workload`, the cheapest spawn, or work as users run it (`workload`). The loop times
 //! itself with CLOCK_MONOTONIC and prints microseconds per iteration, so a tracer's own
 //! start-up and tear-down are not in the number.
 //!
@@ -22,6 +23,7 @@ mod measure;
 mod report;
 mod stats;
 mod tools;
+mod workload;
 
 use anyhow::{Result, bail};
 
@@ -31,9 +33,10 @@ use tools::{ALL_TOOLS, Paths, Tool, Unavailable, Workload};
 
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// fork+exec+wait iterations in each run of the loop.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    iterations: u32,
+    /// Iterations of the workload in each run of the loop [default: 2000 spawns for
+    /// fork-exec and vfork-exit, 3 builds for make, 10 scripts for shell].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    iterations: Option<u32>,
     /// What each iteration of the loop does.
     #[arg(long, value_enum, default_value_t = Workload::ForkExec)]
     workload: Workload,
@@ -90,6 +93,14 @@ pub struct BenchArgs {
     no_install: bool,
 }
 
+impl BenchArgs {
+    /// `--iterations`, or the workload's default.
+    fn iterations(&self) -> u32 {
+        self.iterations
+            .unwrap_or_else(|| self.workload.default_iterations())
+    }
+}
+
 pub fn run(args: &BenchArgs) -> Result<()> {
     check(args)?;
     let tools = tools_of(args);
@@ -100,7 +111,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     // Kept until the end of the runs, then removed.
     let _idle = idle_cgroup(&tools, &mut paths, &mut unavailable);
     let clock = Clock::new()?;
-    let active = measure::warm_up(&paths, &clock, &tools, args.iterations, &mut unavailable)?;
+    let active = measure::warm_up(&paths, &clock, &tools, args.iterations(), &mut unavailable)?;
     let (bare, rows) = measure::pairs(args, &paths, &clock, &active)?;
     let rows = in_table_order(bare, rows, &tools, &active, &unavailable);
     let forkprof_ran = active.contains(&Tool::Forkprof);
@@ -109,7 +120,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         .then(|| report::forkprof_check(&paths))
         .flatten();
     let stats = if (args.bpf_stats || args.ablation) && forkprof_ran {
-        bpf_stats::measure(&paths, args.iterations)
+        bpf_stats::measure(&paths, args.iterations())
             .inspect_err(|e| eprintln!("xtask: bench: --bpf-stats: {e:#}"))
             .ok()
     } else {
@@ -132,10 +143,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     forkprof: before.clone(),
                 });
             }
-            let runs = floor::measure(&paths, args.floor_mode, args.iterations, rounds, &builds)?;
+            let runs = floor::measure(&paths, args.floor_mode, args.iterations(), rounds, &builds)?;
             Some(
                 runs.iter()
-                    .map(|r| floor::summarise(r, args.iterations))
+                    .map(|r| floor::summarise(r, args.iterations()))
                     .collect::<Vec<_>>(),
             )
         }
@@ -215,7 +226,7 @@ fn prepare(
     paths: &Paths,
     unavailable: &mut Unavailable,
 ) -> Result<()> {
-    tools::ensure_packages(tools, args.no_install, unavailable)?;
+    tools::ensure_packages(tools, args.workload, args.no_install, unavailable)?;
     tools::ensure_tracefs(tools, unavailable);
     if (tools.iter().any(|t| t.is_forkprof()) || args.above_floor.is_some()) && !args.no_build {
         tools::build_forkprof()?;

@@ -64,13 +64,19 @@ pub(super) fn print(
         print!("{}", table(args, &machine, rows, check));
         if let Some(stats) = stats {
             let bare_median = median(&rows[0].us());
-            print!("{}", bpf_stats::table(stats, args.iterations, bare_median));
+            print!(
+                "{}",
+                bpf_stats::table(stats, args.iterations(), bare_median)
+            );
         }
         if let Some(families) = families {
             print!("{}", ablation::table(families));
         }
         if let Some(floor) = floor {
-            print!("{}", floor::table(floor, args.floor_mode, args.iterations));
+            print!(
+                "{}",
+                floor::table(floor, args.floor_mode, args.iterations())
+            );
         }
     }
     Ok(())
@@ -205,7 +211,7 @@ fn table(args: &BenchArgs, machine: &Machine, rows: &[Row], check: Option<&str>)
     let mut out = format!(
         "{}: {} iterations per run, {} alternating pairs per tool{}\n",
         args.workload.describe(),
-        args.iterations,
+        args.iterations(),
         args.pairs,
         if args.pin {
             "; the loop pinned to CPU 0, forkprof to CPU 1 (--pin)"
@@ -245,7 +251,7 @@ pub(super) mod tests {
 
     pub(in crate::bench) fn args() -> BenchArgs {
         BenchArgs {
-            iterations: 2000,
+            iterations: None,
             workload: crate::bench::tools::Workload::ForkExec,
             pairs: 2,
             only: Vec::new(),

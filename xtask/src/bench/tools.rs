@@ -5,6 +5,8 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
 
+pub(super) use super::workload::Workload;
+
 /// The tools compared with bare runs, in the order of the table.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Tool {
@@ -139,25 +141,6 @@ impl Tool {
     }
 }
 
-/// What each iteration of the loop does.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub(super) enum Workload {
-    /// fork + exec of a dynamically linked `int main(){return 0;}` + waitpid
-    ForkExec,
-    /// vfork + _exit(0) + waitpid: the cheapest spawn there is
-    VforkExit,
-}
-
-impl Workload {
-    pub(super) fn describe(self) -> &'static str {
-        match self {
-            Workload::ForkExec => "fork+exec+wait of a dynamically linked `int main(){return 0;}`",
-            Workload::VforkExit => "vfork+_exit+wait (no exec)",
-        }
-    }
-}
-
 /// Paths of everything a run needs, and what the loop runs.
 pub(super) struct Paths {
     pub(super) dir: PathBuf,
@@ -220,10 +203,11 @@ impl Paths {
     }
 
     /// The loop's last argument: the program to exec, or `--vfork-exit`.
-    pub(super) fn loop_arg(&self) -> &std::ffi::OsStr {
-        match self.workload {
-            Workload::ForkExec => self.true_dyn.as_os_str(),
-            Workload::VforkExit => "--vfork-exit".as_ref(),
+    pub(super) fn loop_arg(&self) -> std::ffi::OsString {
+        match (self.workload, self.workload.script()) {
+            (_, Some(script)) => self.dir.join(script).into_os_string(),
+            (Workload::VforkExit, None) => "--vfork-exit".into(),
+            (_, None) => self.true_dyn.clone().into_os_string(),
         }
     }
 
@@ -493,17 +477,21 @@ fn installed(package: &str) -> bool {
 /// package cannot be installed is marked unavailable.
 pub(super) fn ensure_packages(
     tools: &[Tool],
+    workload: Workload,
     no_install: bool,
     unavailable: &mut Unavailable,
 ) -> Result<()> {
     let mut wanted = vec!["gcc"];
+    wanted.extend(workload.packages());
     wanted.extend(tools.iter().filter_map(|t| t.package()));
     let missing: Vec<&str> = wanted.into_iter().filter(|p| !installed(p)).collect();
     if !missing.is_empty() && !no_install {
         apt_install(&missing);
     }
-    if !installed("gcc") && Command::new("gcc").arg("--version").output().is_err() {
-        bail!("gcc is needed to build the bench loop: apt-get install gcc");
+    for p in std::iter::once("gcc").chain(workload.packages().iter().copied()) {
+        if !installed(p) && Command::new(p).arg("--version").output().is_err() {
+            bail!("{p} is needed by the bench loop: apt-get install {p}");
+        }
     }
     for &tool in tools {
         if let Some(p) = tool.package()
@@ -569,7 +557,8 @@ pub(super) fn build_forkprof() -> Result<()> {
     ]))
 }
 
-/// Builds the loop and the program it spawns into target/bench/.
+/// Builds the loop and the program it spawns into target/bench/, and writes what a
+/// `--workload` of work as users run it needs there (make's `-j` is the number of CPUs).
 pub(super) fn compile_loop(paths: &Paths) -> Result<()> {
     fs::create_dir_all(&paths.dir)
         .with_context(|| format!("cannot create {}", paths.dir.display()))?;
@@ -586,7 +575,9 @@ pub(super) fn compile_loop(paths: &Paths) -> Result<()> {
             .args(["-O2", "-o"])
             .arg(&paths.true_dyn)
             .arg(src.join("true_dyn.c")),
-    )
+    )?;
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    super::workload::write(paths.workload, &paths.dir, jobs)
 }
 
 #[cfg(test)]
@@ -692,6 +683,16 @@ mod tests {
                 && scoped.ends_with(&format!("{l} 3 {t}")),
             "{scoped}"
         );
+        // A workload of work as users run it: the loop execs the script the bench wrote.
+        for (workload, script) in [
+            (Workload::Make, "make_build"),
+            (Workload::Shell, "shell_script"),
+        ] {
+            paths.workload = workload;
+            let s = path_str(&paths.dir.join(script)).unwrap().to_owned();
+            assert_eq!(line(&paths, None), format!("{l} 3 {s}"));
+            assert!(line(&paths, Some(Tool::Bpftrace)).ends_with(&format!("-c {l} 3 {s}")));
+        }
         paths.workload = Workload::VforkExit;
         assert_eq!(line(&paths, None), format!("{l} 3 --vfork-exit"));
         // --pin: the loop on CPU 0, forkprof (its agent) on CPU 1.

@@ -911,7 +911,8 @@ fn library_search_opens_match_strace_and_make_a_hint() {
 /// syscalls that bracket the mapping window (probes/dynlink.rs). Without `LD_LIBRARY_PATH`,
 /// which cargo sets for the tests and which ld.so would search first.
 fn ld_opens(binary: &Path) -> usize {
-    let log = tempdir().join("ld.strace");
+    let dir = tempdir();
+    let log = dir.join("ld.strace");
     let traced = Command::new("strace")
         .args(["-qq", "-e", "trace=access,openat,arch_prctl", "-o"])
         .arg(&log)
@@ -925,6 +926,7 @@ fn ld_opens(binary: &Path) -> usize {
         binary.display()
     );
     let log = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let window = log
         .lines()
         .skip_while(|l| !l.contains("access(\"/etc/ld.so.preload\""))

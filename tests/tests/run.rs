@@ -207,7 +207,8 @@ fn concurrent_execs_of_one_processs_threads_are_each_recorded() {
 fn an_exec_path_that_is_not_absolute_is_shown_as_the_binary_it_ran() {
     needs_root!();
     let w = workload();
-    let dir = forkprof_tests::tempdir().join("exec-paths");
+    let scratch = forkprof_tests::tempdir();
+    let dir = scratch.join("exec-paths");
     let run = run_traced(
         &[
             w.to_str().unwrap(),
@@ -219,6 +220,7 @@ fn an_exec_path_that_is_not_absolute_is_shown_as_the_binary_it_ran() {
     );
     assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
     let truth = run.stdout();
+    let _ = std::fs::remove_dir_all(&scratch);
     match forkprof_tests::check_exec_paths(&run.report, truth.lines().next().unwrap_or("")) {
         Ok(summary) => eprintln!("{summary}"),
         Err(e) => panic!("{e}"),

@@ -74,10 +74,8 @@ impl Workload {
 /// for `make` the project and the script that rebuilds it, for `shell` the script and the
 /// file it reads. Nothing for the others.
 pub(super) fn write(workload: Workload, dir: &Path, jobs: usize) -> Result<()> {
-    let Some(script) = workload.script() else {
-        return Ok(());
-    };
     let text = match workload {
+        Workload::ForkExec | Workload::VforkExit => return Ok(()),
         Workload::Make => {
             let project = dir.join("make-project");
             // A fresh project: no object of an earlier one left to link.
@@ -94,8 +92,11 @@ pub(super) fn write(workload: Workload, dir: &Path, jobs: usize) -> Result<()> {
             write_file(&input, SHELL_INPUT, false)?;
             shell_script(&input)
         }
-        Workload::ForkExec | Workload::VforkExit => unreachable!("no script"),
     };
+    // Every workload that reaches here has a script: `script` names it.
+    let script = workload
+        .script()
+        .context("a written workload has no script name")?;
     write_file(&dir.join(script), &text, true)
 }
 

@@ -20,7 +20,7 @@ pub enum Interp {
 pub fn is_32_bit(path: &Path) -> bool {
     use std::io::Read as _;
     let mut head = Vec::with_capacity(64);
-    let read = std::fs::File::open(path).and_then(|f| f.take(64).read_to_end(&mut head));
+    let read = open_regular(path).and_then(|f| f.take(64).read_to_end(&mut head));
     read.is_ok()
         && matches!(
             object::FileKind::parse(&head[..]),
@@ -32,10 +32,27 @@ pub fn is_32_bit(path: &Path) -> bool {
 /// segment only, as the kernel reads them at exec: a few hundred bytes, whatever the size
 /// of the file (cc1 is 33 MB, a test binary can be gigabytes).
 pub fn interp_of(path: &Path) -> Interp {
-    let Ok(file) = std::fs::File::open(path) else {
+    let Ok(file) = open_regular(path) else {
         return Interp::Unknown;
     };
     interp_in(&object::ReadCache::new(file))
+}
+
+/// Opens `path` for reading if it is a regular file, which every binary the kernel execs
+/// is. A report looks up paths that a recording names, and a recording can name anything:
+/// a FIFO or a terminal would block a plain open, and a device's open can act (a tape
+/// rewinds, a watchdog arms). So the open does not wait (`O_NONBLOCK`), takes no
+/// controlling terminal (`O_NOCTTY`), and anything but a regular file is closed unread.
+fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
 }
 
 pub fn interp_of_bytes(data: &[u8]) -> Interp {
@@ -117,6 +134,34 @@ impl InterpCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path that names a FIFO (which a plain open would wait on for a writer), a
+    /// directory or a device is no binary: Unknown at once, and nothing is read from it.
+    #[test]
+    fn what_is_not_a_regular_file_is_unknown_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("forkprof-elf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Run where a blocked open cannot hang the test run: the answer must come back.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let probe = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send((interp_of(&probe), is_32_bit(&probe)));
+        });
+        let answer = rx.recv_timeout(std::time::Duration::from_secs(10));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            answer,
+            Ok((Interp::Unknown, false)),
+            "a FIFO blocked the lookup"
+        );
+        assert_eq!(interp_of(Path::new("/dev/null")), Interp::Unknown);
+        assert_eq!(interp_of(Path::new("/")), Interp::Unknown);
+        assert!(!InterpCache::default().is_static(b"/dev/zero"));
+    }
 
     #[test]
     fn non_elf_is_unknown() {

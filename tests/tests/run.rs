@@ -265,12 +265,18 @@ fn the_arguments_shown_are_the_ones_read() {
     }
 }
 
-/// A report that cannot be written says where it was going, and forkprof exits 1.
+/// A report that cannot be written says where it was going, and forkprof exits 1. The
+/// recording beside it is still whole: the command's exit status and wall time, which are
+/// written at its end, are there.
 #[test]
 fn a_report_that_cannot_be_written_names_its_file() {
     needs_root!();
+    let dir = tempdir();
+    let db = dir.join("run.db");
     let out = Command::new(forkprof())
-        .args(["run", "--report", "/dev/full", "--", "true"])
+        .args(["run", "--report", "/dev/full", "-o"])
+        .arg(&db)
+        .args(["--", "sh", "-c", "exit 3"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -279,6 +285,19 @@ fn a_report_that_cannot_be_written_names_its_file() {
         err.contains("cannot write the report to /dev/full"),
         "{err}"
     );
+    let out = Command::new(forkprof())
+        .args(["report", "--format", "json"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    forkprof_tests::succeeded(&out);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["exit"]["code"], 3, "{report}");
+    assert!(
+        report["wall_ns"].as_u64().is_some_and(|ns| ns > 0),
+        "{report}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

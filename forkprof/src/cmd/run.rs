@@ -215,13 +215,14 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     // A report nobody reads any more (`2>&1 | head -1`) is no failure: the command's status
     // stands.
     super::exit_code_on_broken_pipe(status.shell_code());
-    // The report first: a recording that failed (disk full) must not take it along.
-    if let Err(e) = write_report(&report, &args.output_format, user.as_ref())
-        && !super::is_broken_pipe(&e)
-    {
-        return Err(e);
-    }
-    session.finish(
+    // The report first: a recording that failed (disk full) must not take it along. Nor
+    // may a report that failed (`--report` on a full disk) take the recording's end along:
+    // its wall time, exit status and last loss counts are written either way.
+    let reported = match write_report(&report, &args.output_format, user.as_ref()) {
+        Err(e) if !super::is_broken_pipe(&e) => Err(e),
+        _ => Ok(()),
+    };
+    let finished = session.finish(
         &report,
         vec![
             ("root_pid".into(), pid.to_string()),
@@ -229,7 +230,14 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
             // The report's wall time, so that `report FILE` gives the same rates and shares.
             ("wall_ns".into(), wall_ns.to_string()),
         ],
-    )?;
+    );
+    if let Err(e) = reported {
+        if let Err(f) = &finished {
+            eprintln!("forkprof: error: {f:#}");
+        }
+        return Err(e);
+    }
+    finished?;
     Ok(status.shell_code())
 }
 

@@ -295,6 +295,13 @@ fn a_full_disk_stops_the_recording_not_the_report() {
     // The cause is said once, when the writing stopped; the end says what it means.
     assert_eq!(err.matches("database or disk is full").count(), 1, "{err}");
     assert!(err.contains("is incomplete: its writing stopped"), "{err}");
+    // And how much the file lacks: a count, not nothing.
+    let lacking = err
+        .split("and ")
+        .filter_map(|s| s.strip_suffix(" records did not reach it\n"))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .next();
+    assert!(lacking.is_some_and(|n| n > 0), "{err}");
     // The report still came out, complete.
     let json_start = err.find('{').expect("the JSON report on stderr");
     let report: serde_json::Value = serde_json::Deserializer::from_str(&err[json_start..])

@@ -538,11 +538,14 @@ impl Writer {
         self.handle
             .join()
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
-            // The writer said why when it stopped; this is the conclusion, not the cause again.
+            // The writer said why when it stopped; this is the conclusion, not the cause again,
+            // with what it means: how many records the file lacks.
             .map_err(|_| {
                 anyhow::anyhow!(
-                    "the recording {} is incomplete: its writing stopped (see above)",
-                    self.shown
+                    "the recording {} is incomplete: its writing stopped (see above), and {} \
+                     records did not reach it",
+                    self.shown,
+                    self.dropped.load(Ordering::SeqCst)
                 )
             })
     }

@@ -865,3 +865,24 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
     }
     assert_windows_close(&map, agent_pid, "after the workloads");
 }
+
+/// Output that cannot be written (stdout on a full disk) is an error with exit 1, for the
+/// generated texts too: never the panic of a bug.
+#[test]
+fn generated_texts_on_a_full_disk_are_an_error_not_a_bug() {
+    for args in [
+        &["completions", "bash"][..],
+        &["man"][..],
+        &["man", "run"][..],
+    ] {
+        let out = Command::new(forkprof())
+            .args(args)
+            .stdout(std::fs::File::create("/dev/full").unwrap())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(!err.contains("internal error"), "{args:?}: {err}");
+        assert!(err.contains("No space left on device"), "{args:?}: {err}");
+    }
+}

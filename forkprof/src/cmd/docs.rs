@@ -6,8 +6,16 @@ use clap::CommandFactory as _;
 use crate::cli::Cli;
 
 pub fn completions(shell: clap_complete::Shell) -> Result<i32> {
+    use std::io::Write as _;
     let mut cmd = Cli::command();
-    clap_complete::generate(shell, &mut cmd, "forkprof", &mut std::io::stdout().lock());
+    // Into memory first: `generate` panics on a write error (stdout on a full disk), and
+    // that is an error to report, not a bug.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "forkprof", &mut script);
+    let mut out = std::io::stdout().lock();
+    out.write_all(&script)
+        .and_then(|()| out.flush())
+        .map_err(|e| anyhow::Error::new(e).context("cannot write the completions"))?;
     Ok(0)
 }
 

@@ -676,6 +676,24 @@ fn bad_files_get_one_line_and_exit_2() {
     let (code, _, err) = report_json(&newer, &[]);
     assert_eq!(code, 2);
     assert!(err.contains("schema version 99"), "{err}");
+    // A meta whose end comes before its start, and no wall time: the records' span stands
+    // in, not an end less a start wrapped round to 584 years.
+    let backwards = dir.join("backwards.db");
+    std::fs::copy(&good, &backwards).unwrap();
+    sqlite(
+        &backwards,
+        "DELETE FROM meta WHERE key = 'wall_ns'; \
+         UPDATE meta SET value = '1000' WHERE key = 'ended_ns'; \
+         UPDATE meta SET value = '2000' WHERE key = 'started_ns'",
+    );
+    let (code, rep, err) = report_json(&backwards, &[]);
+    assert_eq!(code, 0, "{err}");
+    let wall = rep["wall_ns"].as_u64().unwrap();
+    assert!(wall < 60_000_000_000, "a wall time of {wall} ns");
+    // A bound past u64's nanoseconds is past every record, not wrapped to the start.
+    let (code, rep, err) = report_json(&good, &["--to", "18446744074s"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(rep["summary"]["processes"], 1, "{rep}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

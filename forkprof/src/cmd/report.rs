@@ -65,7 +65,9 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         Err(code) => return Ok(code),
     };
     let num = |k: &str| recording.meta.get(k).and_then(|v| v.parse::<u64>().ok());
-    let meta_wall_ns = num("wall_ns").or_else(|| Some(num("ended_ns")? - num("started_ns")?));
+    // An end before the start (a meta that was edited or damaged) gives no wall time, and
+    // the records' span stands in, as for a recording without one.
+    let meta_wall_ns = num("wall_ns").or_else(|| num("ended_ns")?.checked_sub(num("started_ns")?));
     // The first record's time is where --from/--to and the timeline start, and the wall
     // time of a recording that did not keep it is the records' span: both from a scan of
     // the tables, made only when needed.
@@ -85,7 +87,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         start.first_ns = Some(first);
     }
     let wall_ns = meta_wall_ns
-        .or_else(|| span.map(|(a, b)| b - a))
+        .or_else(|| span.map(|(a, b)| b.saturating_sub(a)))
         .unwrap_or(0);
     let sources = recording
         .meta
@@ -105,8 +107,13 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         .unwrap_or_default();
     let filter = Filter {
         binary: args.filter.clone(),
-        from_ns: args.from.map(|d| d.as_nanos() as u64),
-        to_ns: args.to.map(|d| d.as_nanos() as u64),
+        // Past u64's 584 years of nanoseconds, a bound is past every record.
+        from_ns: args
+            .from
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        to_ns: args
+            .to
+            .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
     };
     let ctx = Context {
         command,

@@ -38,21 +38,36 @@ pub struct Recording {
     pub meta: BTreeMap<String, String>,
 }
 
-fn key(pid: i64, start_ns: i64) -> ProcKey {
+fn key(pid: u32, start_ns: u64) -> ProcKey {
     ProcKey {
-        start_ns: start_ns as u64,
-        pid: pid as u32,
+        start_ns,
+        pid,
         _pad: 0,
     }
 }
 
-fn hdr(kind: u32, ts_ns: i64, proc: ProcKey) -> RecordHeader {
+fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {
     RecordHeader {
         kind,
         _pad: 0,
-        ts_ns: ts_ns as u64,
+        ts_ns,
         proc,
     }
+}
+
+/// The process key in a row's columns `pid` and `start_ns`, each checked as `ns` checks a
+/// time: a pid below 0 or above u32's range is a corrupt row, refused, not wrapped.
+fn key_at(r: &rusqlite::Row, pid: usize, start_ns: usize) -> rusqlite::Result<ProcKey> {
+    let id = ns(r, pid)?;
+    let id = u32::try_from(id).map_err(|_| {
+        let column = r.as_ref().column_name(pid).unwrap_or("?").to_string();
+        rusqlite::Error::FromSqlConversionFailure(
+            pid,
+            rusqlite::types::Type::Integer,
+            format!("{column} is {id}, above the largest pid").into(),
+        )
+    })?;
+    Ok(key(id, ns(r, start_ns)?))
 }
 
 /// Opens a recording without ever writing beside it. A finished recording (or one whose
@@ -486,7 +501,7 @@ fn record_ts(r: &Record) -> u64 {
 fn spawn_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
     Ok(Record::Spawn(SpawnRecord {
         hdr: header(r, kind::SPAWN)?,
-        parent: key(r.get(3)?, r.get(4)?),
+        parent: key_at(r, 3, 4)?,
         parent_tid: r.get(5)?,
         child_tid: r.get(6)?,
         syscall: r.get(7)?,
@@ -569,7 +584,7 @@ fn exit_row(r: &rusqlite::Row) -> rusqlite::Result<Record> {
 
 /// The columns every event table starts with: pid, start_ns, ts_ns.
 fn header(r: &rusqlite::Row, kind: u32) -> rusqlite::Result<RecordHeader> {
-    Ok(hdr(kind, r.get(2)?, key(r.get(0)?, r.get(1)?)))
+    Ok(hdr(kind, ns(r, 2)?, key_at(r, 0, 1)?))
 }
 
 /// A nanosecond (or other unsigned) column, stored as SQLite's signed integer.
@@ -650,6 +665,58 @@ mod tests {
             own, b"[]",
             "schema 3: its name at exit, from the exit record"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A corrupt row's pid, start or time (below 0, or a pid past u32) is refused with its
+    /// column named, never wrapped into a pid of 4294967295 or a time 584 years on.
+    #[test]
+    fn a_corrupt_key_or_time_is_refused_not_wrapped() {
+        let dir = std::env::temp_dir().join(format!("forkprof-reader-key-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ok.db");
+        let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
+        let (parent, child) = (key(300, 0), key(301, 1_000));
+        for r in [
+            spawn(parent, child, 56, 17),
+            exit(child, 0),
+            exit(parent, 0),
+        ] {
+            writer.record(&r);
+        }
+        let trace = Trace::default();
+        let report = crate::model::Report::build(
+            &trace,
+            &crate::model::report::Context::for_run(&|_| false),
+        );
+        writer.finish(&trace, &report, Vec::new()).unwrap();
+        assert!(Recording::open(&path).unwrap().load(false).is_ok());
+        for (change, said) in [
+            ("UPDATE spawns SET pid = -1", "pid is -1, below 0"),
+            (
+                "UPDATE spawns SET pid = 4294967296",
+                "pid is 4294967296, above",
+            ),
+            ("UPDATE exits SET ts_ns = -5", "ts_ns is -5, below 0"),
+            ("UPDATE exits SET start_ns = -7", "start_ns is -7, below 0"),
+            (
+                "UPDATE spawns SET parent_pid = -2",
+                "parent_pid is -2, below 0",
+            ),
+        ] {
+            let bad = dir.join("bad.db");
+            std::fs::copy(&path, &bad).unwrap();
+            Connection::open(&bad)
+                .unwrap()
+                .execute_batch(change)
+                .unwrap();
+            let err = match Recording::open(&bad).unwrap().load(false) {
+                Ok(_) => panic!("{change}: read as if whole"),
+                Err(e) => format!("{e:#}"),
+            };
+            assert!(err.contains(said), "{change}: {err}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -902,3 +902,45 @@ fn a_spawn_whose_child_was_not_seen_is_counted_apart() {
     handed.sort();
     assert_eq!(handed, [parent, child]);
 }
+
+/// A chain of processes each forked by the one before keeps stacks of at most
+/// `STACK_FRAMES` frames: the root, `[...]` and the nearest ancestors. Ten thousand deep, its
+/// stacks then take a bounded number of bytes, where whole ones took 50 million.
+#[test]
+fn a_deep_chain_keeps_bounded_stacks_with_the_root_and_the_nearest_ancestors() {
+    use crate::model::trace::{ELIDED_FRAMES, Names, STACK_FRAMES};
+    let mut names = Names::default();
+    let mut stack = names.stack(b"", b"/usr/sbin/daemon");
+    let mut all = 0usize;
+    let mut kept = Vec::new();
+    for depth in 1..10_000u32 {
+        stack = names.stack(&stack, format!("/bin/p{}", depth % 7).as_bytes());
+        all += stack.len();
+        let frames: Vec<&[u8]> = stack.split(|&b| b == b';').collect();
+        assert_eq!(frames.len(), (depth as usize + 1).min(STACK_FRAMES));
+        assert_eq!(frames[0], b"daemon", "the root stays");
+        assert_eq!(
+            *frames.last().unwrap(),
+            format!("p{}", depth % 7).as_bytes(),
+            "its own frame is last"
+        );
+        if depth as usize >= STACK_FRAMES {
+            assert_eq!(frames[1], ELIDED_FRAMES);
+            assert_eq!(
+                frames[frames.len() - 2],
+                format!("p{}", (depth - 1) % 7).as_bytes(),
+                "the parent is next to last"
+            );
+        }
+        kept.push(stack.clone());
+    }
+    // Bounded: each stack is at most 64 frames of a few bytes.
+    assert!(
+        kept.iter().all(|s| s.len() < STACK_FRAMES * 8),
+        "a stack outgrew its bound"
+    );
+    assert!(all < 10_000 * STACK_FRAMES * 8, "{all} bytes of stacks");
+    // Below the bound a stack is whole: the ancestry as before.
+    let short = names.stack(b"make;sh", b"/usr/bin/gcc");
+    assert_eq!(&*short, &b"make;sh;gcc"[..]);
+}

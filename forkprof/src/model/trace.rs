@@ -725,7 +725,11 @@ impl Names {
         s
     }
 
-    /// `ancestry;frame(binary)` (just the frame when `ancestry` is empty).
+    /// `ancestry;frame(binary)` (just the frame when `ancestry` is empty), of at most
+    /// `STACK_FRAMES` frames: past that, the root, `ELIDED_FRAMES` and the nearest
+    /// ancestors. A chain of processes each forked by the one before (a daemon that
+    /// re-forks itself, a recursive script) would otherwise keep a stack per depth as long
+    /// as the depth: memory that grows with its square, from a file that grows linearly.
     pub fn stack(&mut self, ancestry: &[u8], binary: &[u8]) -> Shared {
         let own = frame(binary);
         if ancestry.is_empty() {
@@ -735,9 +739,31 @@ impl Names {
         s.extend_from_slice(ancestry);
         s.push(b';');
         s.extend_from_slice(&own);
+        let frames = s.iter().filter(|&&b| b == b';').count() + 1;
+        if frames > STACK_FRAMES {
+            let mut parts = s.split(|&b| b == b';');
+            let root = parts.next().unwrap_or_default();
+            let nearest: Vec<&[u8]> = parts.skip(frames - STACK_FRAMES + 1).collect();
+            let mut kept = Vec::with_capacity(s.len());
+            kept.extend_from_slice(root);
+            kept.push(b';');
+            kept.extend_from_slice(ELIDED_FRAMES);
+            for f in nearest {
+                kept.push(b';');
+                kept.extend_from_slice(f);
+            }
+            return self.label(&kept);
+        }
         self.label(&s)
     }
 }
+
+/// The most frames an ancestry stack keeps (`Names::stack`): deeper than any build's or
+/// service's tree, and more than a flame graph can show.
+pub const STACK_FRAMES: usize = 64;
+
+/// The frame that stands for the ancestors left out of a stack deeper than `STACK_FRAMES`.
+pub const ELIDED_FRAMES: &[u8] = b"[...]";
 
 /// A path's last component (all of it when it has no '/').
 pub fn file_name(path: &[u8]) -> &[u8] {

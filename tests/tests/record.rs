@@ -825,3 +825,62 @@ fn a_schema_1_recording_still_reads() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An export stopped by Ctrl-C leaves no half-written Parquet file behind (which would look
+/// like a result, and make the next attempt need --force), and exits 128 + SIGINT.
+#[test]
+fn an_interrupted_export_leaves_no_partial_file() {
+    needs_root!();
+    let dir = tempdir();
+    let db = dir.join("big.db");
+    let w = workload();
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &[w.to_str().unwrap(), "exit", "0"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0);
+    // 400,000 copies of its exec and exit under other pids: an export of about two seconds
+    // on the machines of BENCHMARKS.md, time enough to be stopped part way.
+    sqlite(
+        &db,
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) \
+         INSERT INTO execs SELECT 1000000 + i, start_ns, ts_ns + i, 1000000 + i, path, args, \
+         argc, errno, exec_ns, exec_prepare_ns, exec_load_ns, atime_count, atime_ns, \
+         cow_faults, child_run_ns, cow_fault_ns, cgroup_id FROM n, \
+         (SELECT * FROM execs LIMIT 1); \
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) \
+         INSERT INTO exits SELECT 1000000 + i, start_ns, ts_ns + i, exit_code, notified, \
+         exit_teardown_ns, cow_faults, exit_ns, comm, child_run_ns, cow_fault_ns, cgroup_id \
+         FROM n, (SELECT * FROM exits LIMIT 1);",
+    );
+    let out = dir.join("big.parquet");
+    let mut export = Command::new(forkprof())
+        .args(["export"])
+        .arg(&db)
+        .arg("--parquet")
+        .arg(&out)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !out.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(out.exists(), "the export never created its file");
+    // The handler is set just after the file is created.
+    std::thread::sleep(Duration::from_millis(150));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(export.id() as i32, libc::SIGINT) };
+    let status = export.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&status.stderr);
+    assert_ne!(
+        status.status.code(),
+        Some(0),
+        "the export finished before it was stopped: make the recording larger. {err}"
+    );
+    assert_eq!(status.status.code(), Some(130), "{err}");
+    assert!(!out.exists(), "a partial export was left behind: {err}");
+    assert!(err.contains("removed, incomplete"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -71,6 +71,7 @@ mod enabled {
         let is_static = |p: &[u8]| loaders.is_static(p);
         let owner = InvokingUser::from_env()?;
         let file = create_private_file(&args.parquet, owner.as_ref())?;
+        crate::cmd::remove_on_signal(&args.parquet)?;
         // Rows are written as the processes complete (see `model::assemble`): memory
         // stays flat whatever the recording's size.
         let written = (|| {

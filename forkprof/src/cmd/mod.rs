@@ -69,3 +69,27 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
             )
     })
 }
+
+/// Removes `path`, an output being written, if forkprof is stopped by SIGINT, SIGTERM or
+/// SIGHUP before it is whole (no error path runs then), and exits 128 + the signal's number,
+/// as a shell would. A half-written file would otherwise look like a result, and the next
+/// attempt would need `--force`. Only a regular file goes: a device named as the output
+/// stays. Call it once the file is created.
+pub fn remove_on_signal(path: &Path) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                let _ = std::fs::remove_file(&path);
+            }
+            eprintln!(
+                "\nforkprof: stopped by signal {signal}; {} removed, incomplete",
+                path.display()
+            );
+            std::process::exit(128 + signal);
+        }
+    });
+    Ok(())
+}

@@ -134,10 +134,11 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     let owner = InvokingUser::from_env()?;
     // Per-process outputs are written as the processes complete.
     let mut timeline_file = match &args.perfetto {
-        Some(path) => Some(std::io::BufWriter::new(create_private_file(
-            path,
-            owner.as_ref(),
-        )?)),
+        Some(path) => {
+            let file = create_private_file(path, owner.as_ref())?;
+            super::remove_on_signal(path)?;
+            Some(std::io::BufWriter::new(file))
+        }
         None => None,
     };
     let mut timeline = match timeline_file.as_mut() {

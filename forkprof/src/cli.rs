@@ -37,7 +37,8 @@ pub enum Command {
     Top(TopArgs),
     /// Export live, system-wide spawn metrics for Prometheus (needs root).
     Monitor(MonitorArgs),
-    /// Run the classic fork/vfork/posix_spawn and static/dynamic experiments and explain them.
+    /// Run the classic fork/vfork/posix_spawn and static/dynamic experiments and explain them
+    /// (needs root).
     Bench(BenchArgs),
     /// Show which kernel hooks load here, and why any are missing.
     Doctor(DoctorArgs),
@@ -66,8 +67,8 @@ pub struct BenchArgs {
     /// Fewer rows and iterations (under a minute).
     #[arg(long)]
     pub quick: bool,
-    /// Iterations per row (overrides the defaults).
-    #[arg(long, value_name = "N")]
+    /// Iterations per row, at least 1 (overrides the defaults).
+    #[arg(long, value_name = "N", value_parser = at_least_one::<u64>)]
     pub iterations: Option<u64>,
     /// Only rows whose name contains one of these (repeat the flag).
     #[arg(long = "rows", value_name = "TEXT")]
@@ -124,8 +125,8 @@ pub struct TopArgs {
     /// Print plain text every interval instead of the full-screen view (also without a TTY).
     #[arg(long)]
     pub plain: bool,
-    /// Binaries shown per interval in plain output.
-    #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one)]
+    /// Rows shown per interval in plain output (binaries, cgroups or units, as `--by` says).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one::<usize>)]
     pub top: usize,
     /// Trace only the processes of this cgroup v2 subtree (its path as reports show it,
     /// `/system.slice/nginx.service`, or under the cgroup2 mount, `/sys/fs/cgroup/...`).
@@ -146,7 +147,8 @@ pub enum LiveGroupArg {
     Binary,
     /// The process's cgroup v2 path (where it exec'd, else where it was created).
     Cgroup,
-    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    /// The systemd unit or container of that cgroup (`nginx.service`, a container's
+    /// 12-hex-digit id).
     Unit,
 }
 
@@ -166,10 +168,12 @@ pub struct MonitorArgs {
     #[arg(long, default_value = "127.0.0.1:9464", value_name = "ADDR:PORT", value_parser = listen_address)]
     pub listen: String,
     /// Binaries exported with their own series (by total spawn cost); the rest are `other`.
-    #[arg(long, visible_alias = "top", default_value_t = 20, value_name = "K")]
+    /// From 0 (all are `other`) to 100000.
+    #[arg(long, visible_alias = "top", default_value_t = 20, value_name = "K", value_parser = series_count)]
     pub top_binaries: usize,
     /// Cgroups exported with their own series (by total spawn cost); the rest are `other`.
-    #[arg(long, default_value_t = 20, value_name = "K")]
+    /// From 0 (all are `other`) to 100000.
+    #[arg(long, default_value_t = 20, value_name = "K", value_parser = series_count)]
     pub top_cgroups: usize,
     /// Trace only the processes of this cgroup v2 subtree (its path as reports show it,
     /// `/system.slice/nginx.service`, or under the cgroup2 mount, `/sys/fs/cgroup/...`).
@@ -204,11 +208,12 @@ pub struct HookArgs {
     /// and sys_exit); `on-demand` (the default) and `never` hook only the syscalls forkprof
     /// follows (the `syscalls:sys_enter_*` events), so that every other syscall on the
     /// machine pays about half as much. Those events skip 32-bit processes' syscalls:
-    /// `on-demand` attaches sys_enter and sys_exit for them (and from then on every syscall
-    /// pays for both) once a followed process execs a 32-bit image or a 32-bit process's
-    /// spawn goes unseen (`run` of a 32-bit command: from the start); `never` does not. What
-    /// 32-bit processes spawn unseen is counted (`ia32_unseen`). No effect where trampolines
-    /// attach.
+    /// `on-demand` attaches sys_enter and sys_exit for them once a followed process execs a
+    /// 32-bit image or a 32-bit process's spawn goes unseen, and detaches them once no
+    /// followed 32-bit process has been left for 10 s; while they are attached, every syscall
+    /// pays for both (`run` of a 32-bit command: attached from the start, for good). `never`
+    /// does not attach them. What 32-bit processes spawn unseen is counted (`ia32_unseen`).
+    /// No effect where trampolines attach.
     #[arg(long, value_enum, value_name = "WHEN")]
     pub ia32_syscalls: Option<Ia32Syscalls>,
     /// The same as `--ia32-syscalls never`.
@@ -350,7 +355,6 @@ fn parse_positive_duration(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
-/// A count that must be at least 1 (`--top`).
 /// HOST:PORT (an IPv6 address in brackets), the port a number below 65536 (0: any free
 /// one). Whether the host resolves and the port is free is found out when binding (exit 1).
 fn listen_address(s: &str) -> Result<String, String> {
@@ -365,10 +369,26 @@ fn listen_address(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>().map_err(|e| e.to_string())? {
-        0 => Err("must be at least 1".into()),
+/// A count that must be at least 1 (`--top`, `bench --iterations`).
+fn at_least_one<T>(s: &str) -> Result<T, String>
+where
+    T: std::str::FromStr<Err = std::num::ParseIntError> + PartialEq + From<u8>,
+{
+    match s.parse::<T>().map_err(|e| e.to_string())? {
+        n if n == T::from(0) => Err("must be at least 1".into()),
         n => Ok(n),
+    }
+}
+
+/// The most series `monitor --top-binaries` or `--top-cgroups` may ask for. Each family
+/// keeps up to 50 K + 100 groups in memory (`output::prometheus`), and more is a typo.
+const MOST_SERIES: usize = 100_000;
+
+/// `monitor --top-binaries` and `--top-cgroups`: from 0 to `MOST_SERIES`.
+fn series_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n <= MOST_SERIES => Ok(n),
+        _ => Err(format!("must be a number from 0 to {MOST_SERIES}")),
     }
 }
 
@@ -401,7 +421,7 @@ pub struct ReportCmdArgs {
     #[arg(long, value_enum, default_value_t = SortArg::Total)]
     pub sort: SortArg,
     /// Rows shown in each table.
-    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one::<usize>)]
     pub top: usize,
     /// Only processes whose binary path contains TEXT.
     #[arg(long, value_name = "TEXT")]
@@ -412,10 +432,12 @@ pub struct ReportCmdArgs {
     /// Only processes created less than this long after the first record.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub to: Option<std::time::Duration>,
+    /// Output: tables, one JSON document, or CSV with one row per group (on stdout).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// One row per process: added to the JSON report (`--format json`), or the CSV's rows
-    /// instead of the groups' (`--format csv`: the columns of `export --parquet`).
+    /// instead of the groups' (`--format csv`: the columns of `export --parquet`, listed in
+    /// /usr/share/doc/forkprof/recording.md).
     #[arg(long)]
     pub processes: bool,
     /// Write a flame graph (SVG) of spawn cost by process ancestry.
@@ -447,10 +469,11 @@ pub struct DiffArgs {
     /// How to group processes.
     #[arg(long, value_enum, default_value_t = GroupArg::Binary)]
     pub by: GroupArg,
+    /// Output: tables, one JSON document, or CSV with one row per group (on stdout).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Rows shown in the table.
-    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one::<usize>)]
     pub top: usize,
     /// A ratio whose whole 99% interval lies within ±PCT% of 1 is no significant change.
     #[arg(long, default_value_t = 10.0, value_name = "PCT", value_parser = parse_noise)]
@@ -462,9 +485,10 @@ pub struct DiffArgs {
 
 #[derive(Args, Debug)]
 #[command(
-    after_help = "The columns are documented in docs/recording.md. The files of several \
-                  hosts read as one table: SELECT host, \"binary\", count(*) FROM \
-                  'fleet/*.parquet' GROUP BY ALL (DuckDB)"
+    after_help = "The columns are documented in /usr/share/doc/forkprof/recording.md \
+                  (docs/recording.md in the source). The files of several hosts read as \
+                  one table: SELECT host, \"binary\", count(*) FROM 'fleet/*.parquet' \
+                  GROUP BY ALL (DuckDB)"
 )]
 pub struct ExportArgs {
     /// The recording (`record -o` or `run -o`).
@@ -498,7 +522,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE", value_parser = writable_path)]
     pub report: Option<PathBuf>,
     /// Rows shown in each table.
-    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one)]
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = at_least_one::<usize>)]
     pub top: usize,
 }
 
@@ -529,7 +553,8 @@ pub enum GroupArg {
     Ancestry,
     /// The process's cgroup v2 path (where it exec'd, else where it was created).
     Cgroup,
-    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    /// The systemd unit or container of that cgroup (`nginx.service`, a container's
+    /// 12-hex-digit id).
     Unit,
 }
 

@@ -335,7 +335,8 @@ pub enum Ia32Syscalls {
     Always,
     /// The classic per-syscall events, and sys_enter and sys_exit (loaded in standby) for
     /// ia32 syscalls only from the first 32-bit process that a followed process execs or
-    /// forkprof sees spawn. What a 32-bit process spawns before they attach is counted.
+    /// forkprof sees spawn, until none has been left for 10 s. What a 32-bit process spawns
+    /// before they attach is counted.
     #[default]
     OnDemand,
     /// The classic per-syscall events alone: what 32-bit processes spawn is counted, never

@@ -886,3 +886,27 @@ fn generated_texts_on_a_full_disk_are_an_error_not_a_bug() {
         assert!(err.contains("No space left on device"), "{args:?}: {err}");
     }
 }
+
+/// Counts out of range are refused by the parser (exit 2, the range named), before anything
+/// runs: `bench --iterations 0` ran nothing and said nothing, and a `--top-binaries` near
+/// u64's top wrapped the sizes derived from it.
+#[test]
+fn counts_out_of_range_are_refused_with_their_range() {
+    for (args, said) in [
+        (&["bench", "--iterations", "0"][..], "must be at least 1"),
+        (&["report", "x.db", "--top", "0"][..], "must be at least 1"),
+        (
+            &["monitor", "--top-binaries", "18446744073709551615"][..],
+            "must be a number from 0 to 100000",
+        ),
+        (
+            &["monitor", "--top-cgroups", "100001"][..],
+            "must be a number from 0 to 100000",
+        ),
+    ] {
+        let out = Command::new(forkprof()).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
+}

@@ -155,7 +155,7 @@ pub enum GroupBy {
     Ancestry,
     /// The process's cgroup v2 path (where it exec'd, else where it was created).
     Cgroup,
-    /// The systemd unit or container of that cgroup (`nginx.service`, a 12-digit id).
+    /// The systemd unit or container of that cgroup (`nginx.service`, a container's 12-hex-digit id).
     Unit,
 }
 

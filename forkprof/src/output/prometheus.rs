@@ -183,7 +183,7 @@ impl Collector for GroupCollector {
         let series = self.groups.lock().map_err(|_| std::fmt::Error)?.series();
         let what = match self.label {
             "cgroup" => {
-                "per cgroup (label cgroup: its cgroup v2 path below the cgroup2 mount, or cgroup ID if never named, or ? without cgroup v2; label unit: the systemd unit or 12-digit container id of that path)"
+                "per cgroup (label cgroup: its cgroup v2 path below the cgroup2 mount, or cgroup ID if never named, or ? without cgroup v2; label unit: the systemd unit or 12-hex-digit container id of that path)"
             }
             _ => "per binary (label binary: the binary it ran last)",
         };

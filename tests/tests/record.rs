@@ -855,7 +855,7 @@ fn an_interrupted_export_leaves_no_partial_file() {
          FROM n, (SELECT * FROM exits LIMIT 1);",
     );
     let out = dir.join("big.parquet");
-    let mut export = Command::new(forkprof())
+    let export = Command::new(forkprof())
         .args(["export"])
         .arg(&db)
         .arg("--parquet")

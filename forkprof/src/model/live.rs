@@ -122,7 +122,10 @@ impl Live {
                     || x.exit_ns.saturating_add(GRACE_NS) <= now_ns
             })
         });
-        gone.iter().map(|p| self.finish(p, is_static)).collect()
+        let done = gone.iter().map(|p| self.finish(p, is_static)).collect();
+        drop(gone);
+        self.trace.forget_unused_paths();
+        done
     }
 
     fn finish(&self, p: &Process, is_static: &dyn Fn(&[u8]) -> bool) -> Finished {
@@ -165,6 +168,49 @@ mod tests {
     use super::*;
     use crate::model::phases::Phase;
     use crate::model::tests_support::*;
+
+    /// A live session forgets the paths of processes it has finished and no view holds: a
+    /// host whose binaries all have new names (100,000 here, each once) leaves a bounded
+    /// set, where every path used to stay; a path still in use stays, shared.
+    #[test]
+    fn paths_no_process_or_view_holds_are_forgotten() {
+        use crate::model::trace::PATHS_BEFORE_PRUNING;
+        let mut live = Live::default();
+        let root = key(1, 0);
+        live.ingest(exec(root, 500_000, b"/usr/bin/runner", 0, 0));
+        let mut most = 0;
+        let mut kept_by_a_view = Vec::new();
+        for i in 0..100_000u32 {
+            let child = key(10 + i, 1_000_000 + u64::from(i));
+            let path = format!("/tmp/build-{i}/a.out");
+            live.ingest(spawn(root, child, 56, SIGCHLD));
+            live.ingest(exec(child, 1_200_000 + u64::from(i), path.as_bytes(), 0, 0));
+            live.ingest(exit(child, 0));
+            if i % 100 == 0 {
+                let done = live.sweep(0, &|_| false);
+                // A view that keeps the first one's binary as a group's key.
+                if i == 0 {
+                    kept_by_a_view.push(done[0].binary.clone());
+                }
+                most = most.max(live.trace.interned_paths());
+            }
+        }
+        live.sweep(0, &|_| false);
+        assert!(
+            most <= 2 * PATHS_BEFORE_PRUNING + 200,
+            "{most} paths kept at once"
+        );
+        // Still interned (the same copy), because a view holds it; the runner's too.
+        assert_eq!(&*kept_by_a_view[0], b"/tmp/build-0/a.out");
+        let again = live.trace.intern(b"/tmp/build-0/a.out");
+        assert!(std::sync::Arc::ptr_eq(&again, &kept_by_a_view[0]));
+        let runner = live.trace.intern(b"/usr/bin/runner");
+        assert_eq!(
+            std::sync::Arc::strong_count(&runner),
+            3,
+            "the root's exec, the set and this"
+        );
+    }
 
     #[test]
     fn counts_at_once_and_finishes_at_the_sweep_after_its_exit() {

@@ -47,6 +47,10 @@ impl LostCounts {
     }
 }
 
+/// The interned paths a live session keeps before `Trace::forget_unused_paths` first prunes
+/// them.
+pub const PATHS_BEFORE_PRUNING: usize = 1024;
+
 /// Bytes shared by every process that names them (paths repeat across processes).
 pub type Shared = Arc<[u8]>;
 
@@ -309,6 +313,8 @@ pub struct Trace {
     /// The process found last (see `process`).
     hint: usize,
     paths: FxHashSet<Shared>,
+    /// `paths`' size after `forget_unused_paths` last pruned it.
+    paths_kept: usize,
     /// Keep exec arguments (per-process output needs them; aggregate reports do not).
     pub keep_args: bool,
     pub threads: u64,
@@ -336,6 +342,7 @@ impl Default for Trace {
             index: HashMap::default(),
             hint: 0,
             paths: FxHashSet::default(),
+            paths_kept: 0,
             keep_args: true,
             threads: 0,
             failed_spawns: 0,
@@ -383,6 +390,25 @@ impl Trace {
         let s: Shared = bytes.into();
         self.paths.insert(s.clone());
         s
+    }
+
+    /// Forgets the interned paths that nothing else holds any more: the live views call it
+    /// after they evict finished processes. Without it a `monitor` that runs for months on
+    /// a host whose binaries keep new names (a CI runner's build outputs, each failed
+    /// PATH-search candidate) would keep every path it ever saw. A path still named by a
+    /// process, a cgroup, a found label or a view's group is kept, as the same shared copy.
+    /// Amortized: it prunes only once the set has doubled since it last did.
+    pub fn forget_unused_paths(&mut self) {
+        if self.paths.len() < self.paths_kept.saturating_mul(2).max(PATHS_BEFORE_PRUNING) {
+            return;
+        }
+        self.paths.retain(|s| Arc::strong_count(s) > 1);
+        self.paths_kept = self.paths.len();
+    }
+
+    /// Interned paths (`intern`): a count, for tests of `forget_unused_paths`.
+    pub fn interned_paths(&self) -> usize {
+        self.paths.len()
     }
 
     /// Removes and returns the processes for which `done` is true (the live views evict

@@ -312,6 +312,20 @@ pub fn refuse_overwrite(path: &std::path::Path, force: bool) -> Option<String> {
     })
 }
 
+/// Why a recording cannot be written to `path`, if it cannot: what exists there is not a
+/// regular file (a FIFO, a device, a directory: an SQLite database, its journal beside it,
+/// can be none of them, and a FIFO's open would wait once the programs are loaded), or it
+/// exists and `force` was not given.
+pub fn refuse_recording_path(path: &std::path::Path, force: bool) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Some(format!(
+            "{} is not a regular file: a recording is an SQLite file",
+            path.display()
+        )),
+        _ => refuse_overwrite(path, force),
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct RecordArgs {
     /// The recording to write (SQLite, mode 0600).

@@ -910,3 +910,59 @@ fn counts_out_of_range_are_refused_with_their_range() {
         assert!(err.contains(said), "{args:?}: {err}");
     }
 }
+
+/// A recording's path that holds a FIFO, a device or a directory is refused at once with
+/// exit 2, `--force` or not: an SQLite file can be none of them, and a FIFO's open would
+/// wait after the programs were loaded. A regular file there needs `--force`.
+#[test]
+fn a_recording_path_that_is_no_regular_file_is_refused_before_loading() {
+    let dir = tempdir();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let file = dir.join("old.db");
+    std::fs::write(&file, b"").unwrap();
+    let fifo = fifo.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let f = file.to_str().unwrap();
+    for (args, said) in [
+        (
+            &["record", "-o", fifo, "--force"][..],
+            "is not a regular file",
+        ),
+        (
+            &["run", "-o", fifo, "--force", "--", "true"][..],
+            "is not a regular file",
+        ),
+        (
+            &["record", "-o", "/dev/null", "--force"][..],
+            "is not a regular file",
+        ),
+        (&["record", "-o", d, "--force"][..], "is a directory"),
+        (&["record", "-o", f][..], "exists; give --force"),
+    ] {
+        // Waited for with a deadline: a FIFO's open blocks until a reader comes.
+        let mut child = Command::new(forkprof())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if child.try_wait().unwrap().is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after 20 s (waiting on the FIFO?)");
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

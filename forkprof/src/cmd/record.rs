@@ -32,7 +32,7 @@ fn tree_of(pid: u32) -> Vec<u32> {
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     // Bad input is refused (exit 2) before anything is loaded.
-    if let Some(why) = crate::cli::refuse_overwrite(&args.output, args.recording.force) {
+    if let Some(why) = crate::cli::refuse_recording_path(&args.output, args.recording.force) {
         eprintln!("forkprof: {why}");
         return Ok(2);
     }

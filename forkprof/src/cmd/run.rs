@@ -66,7 +66,7 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
     if let Some(why) = args
         .output
         .as_deref()
-        .and_then(|p| crate::cli::refuse_overwrite(p, args.recording.force))
+        .and_then(|p| crate::cli::refuse_recording_path(p, args.recording.force))
     {
         eprintln!("forkprof: {why}");
         return Ok(2);

@@ -625,6 +625,24 @@ pub struct LiveSession {
     /// The paths of cgroup ids, named when first seen (as `keep` does).
     cgroups: CgroupNames,
     loaders: InterpCache,
+    /// When `sweep` last looked for processes that vanished unfinished (0: not yet), or
+    /// None where it cannot (`pids_are_the_kernels`).
+    vanish_checked_ns: Option<u64>,
+}
+
+/// How often a live session looks for processes whose exit never came
+/// (`Live::forget_vanished`): each is forgotten at the second look that finds its pid gone.
+const VANISH_CHECK_NS: u64 = 60_000_000_000;
+
+/// The inode of the initial pid namespace (the kernel's `PROC_PID_INIT_INO`).
+const INIT_PID_NS_INO: u64 = 0xEFFF_FFFC;
+
+/// Whether /proc shows the pids the kernel's records carry (those of the initial pid
+/// namespace): not inside a container with its own pid namespace, where /proc/PID would
+/// say that every process on the host is gone.
+fn pids_are_the_kernels() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata("/proc/self/ns/pid").is_ok_and(|m| m.ino() == INIT_PID_NS_INO)
 }
 
 /// Where a live session's records go: the live aggregator, after the label from /proc of a
@@ -677,6 +695,7 @@ impl LiveSession {
             },
             cgroups: CgroupNames::new(),
             loaders: InterpCache::default(),
+            vanish_checked_ns: pids_are_the_kernels().then_some(0),
         })
     }
 
@@ -721,7 +740,15 @@ impl LiveSession {
         }
         let lost = self.tracer.collector.losses()?.lost.total();
         let loaders = &self.loaders;
-        let done = self.live.sweep(monotonic_ns(), &|p| loaders.is_static(p));
+        let now = monotonic_ns();
+        let done = self.live.sweep(now, &|p| loaders.is_static(p));
+        if let Some(checked) = self.vanish_checked_ns
+            && now.saturating_sub(checked) >= VANISH_CHECK_NS
+        {
+            self.vanish_checked_ns = Some(now);
+            self.live
+                .forget_vanished(&|pid| std::path::Path::new(&format!("/proc/{pid}")).exists());
+        }
         Ok(Sweep {
             done,
             counters: self.live.counters.clone(),

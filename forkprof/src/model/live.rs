@@ -3,6 +3,8 @@
 //! while its parent's spawn record is still to come, once `GRACE_NS` has passed; then it is
 //! dropped, so memory is bounded by the processes alive.
 
+use forkprof_common::ProcKey;
+
 use super::Method;
 use super::method::Spawned;
 use super::phases::Phases;
@@ -25,6 +27,8 @@ pub struct Counters {
     pub failed_spawns: u64,
     pub execs_ok: u64,
     pub execs_failed: u64,
+    /// Processes forgotten unfinished (`Live::forget_vanished`).
+    pub vanished: u64,
 }
 
 pub const METHODS: [Method; 5] = Method::PROCESS_SPAWNS;
@@ -54,6 +58,8 @@ pub struct Live {
     trace: Trace,
     pub counters: Counters,
     unknown: Shared,
+    /// The unfinished processes whose pid was gone at the last `forget_vanished`.
+    suspects: rustc_hash::FxHashSet<ProcKey>,
 }
 
 impl Default for Live {
@@ -65,6 +71,7 @@ impl Default for Live {
             trace,
             counters: Counters::default(),
             unknown,
+            suspects: Default::default(),
         }
     }
 }
@@ -128,6 +135,33 @@ impl Live {
         done
     }
 
+    /// Forgets the unfinished processes whose pid `alive` said was gone at this call and at
+    /// the one before (a live session calls it every `VANISH_CHECK_NS`), and returns how
+    /// many; `counters.vanished` counts them. Their exit never came: its record was lost
+    /// (counted where, as a lost event), or a parent's spawn record came after its child
+    /// had finished. Without this a `monitor` would follow them for months, and its
+    /// processes-followed gauge would only climb. A pid gone twice, a check apart, leaves
+    /// the kernel time to send an exit record it still holds (at the task's free, which RCU
+    /// can put off for seconds). A pid taken again by a new process keeps the old one until
+    /// that one is gone too: a wait, not an error.
+    pub fn forget_vanished(&mut self, alive: &dyn Fn(u32) -> bool) -> usize {
+        let suspects = std::mem::take(&mut self.suspects);
+        let mut now_gone = rustc_hash::FxHashSet::default();
+        let gone = self.trace.take(|p| {
+            if p.exit.is_some() || alive(p.key.pid) {
+                return false;
+            }
+            if suspects.contains(&p.key) {
+                return true;
+            }
+            now_gone.insert(p.key);
+            false
+        });
+        self.suspects = now_gone;
+        self.counters.vanished += gone.len() as u64;
+        gone.len()
+    }
+
     fn finish(&self, p: &Process, is_static: &dyn Fn(&[u8]) -> bool) -> Finished {
         let label = |comm: &[u8]| -> Shared { comm_label(comm).into() };
         let parent_binary = p
@@ -168,6 +202,35 @@ mod tests {
     use super::*;
     use crate::model::phases::Phase;
     use crate::model::tests_support::*;
+
+    /// A process whose exit never comes (its record lost) and whose pid is gone is
+    /// forgotten at the second check that finds it gone, and counted; one whose pid lives,
+    /// or that has exited, is not touched.
+    #[test]
+    fn an_unfinished_process_whose_pid_is_gone_is_forgotten_at_the_second_check() {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        let (lost, running, done) = (key(2, 1_000_000), key(3, 2_000_000), key(4, 3_000_000));
+        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
+        for child in [lost, running, done] {
+            live.ingest(spawn(root, child, 56, SIGCHLD));
+            live.ingest(exec(child, child.start_ns + 200_000, b"/bin/cc", 0, 0));
+        }
+        live.ingest(exit(done, 0));
+        let alive = |pid: u32| pid == 1 || pid == 3;
+        assert_eq!(live.forget_vanished(&alive), 0, "a first sighting only");
+        assert_eq!(live.in_flight(), 4);
+        assert_eq!(live.forget_vanished(&alive), 1);
+        assert_eq!(live.counters.vanished, 1);
+        // The exited one is the sweep's, as before; the living ones stay.
+        assert_eq!(live.sweep(0, &|_| false).len(), 1);
+        assert_eq!(live.in_flight(), 2);
+        // A pid gone at one check and back (taken again) at the next is not forgotten.
+        assert_eq!(live.forget_vanished(&|pid| pid == 1), 0);
+        assert_eq!(live.forget_vanished(&alive), 0);
+        assert_eq!(live.forget_vanished(&alive), 0);
+        assert_eq!(live.in_flight(), 2);
+    }
 
     /// A live session forgets the paths of processes it has finished and no view holds: a
     /// host whose binaries all have new names (100,000 here, each once) leaves a bounded

@@ -220,6 +220,7 @@ pub struct Metrics {
     execs: Family<Labels, Counter>,
     lost: Counter,
     in_flight: Gauge,
+    vanished: Counter,
     phases: Family<Labels, Histogram>,
     cow_faults: Counter,
     binaries: Arc<Mutex<Bounded>>,
@@ -263,6 +264,12 @@ impl Metrics {
             "forkprof_processes_followed",
             "Processes being followed now",
             in_flight.clone(),
+        );
+        let vanished = Counter::default();
+        registry.register(
+            "forkprof_processes_vanished",
+            "Processes forgotten unfinished: their pid gone for a minute and no exit seen (its record lost, counted in forkprof_lost_events)",
+            vanished.clone(),
         );
         let phases =
             Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new(phase_buckets()));
@@ -309,6 +316,7 @@ impl Metrics {
             execs,
             lost,
             in_flight,
+            vanished,
             phases,
             cow_faults,
             binaries,
@@ -337,6 +345,7 @@ impl Metrics {
         self.lost.inc_by(lost.saturating_sub(self.prev_lost));
         self.prev_lost = self.prev_lost.max(lost);
         self.in_flight.set(in_flight as i64);
+        self.vanished.inc_by(counters.vanished - self.prev.vanished);
         self.prev = counters.clone();
     }
 
@@ -568,6 +577,7 @@ mod tests {
         let mut c = Counters::default();
         c.spawns[0] = 3;
         c.execs_ok = 2;
+        c.vanished = 6;
         m.update(&c, 1, 4);
         let text = m.encode().unwrap();
         for want in [
@@ -576,6 +586,7 @@ mod tests {
             "forkprof_execs_total{result=\"ok\"} 2",
             "forkprof_lost_events_total 1",
             "forkprof_processes_followed 4",
+            "forkprof_processes_vanished_total 6",
             "forkprof_build_info{version=",
             "forkprof_binary_spawns_total{binary=\"other\"} 0",
             "forkprof_cgroup_spawns_total{cgroup=\"other\",unit=\"other\"} 0",

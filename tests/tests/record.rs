@@ -615,19 +615,24 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `run -o db` of the workload's `exit 0`: a real recording of one process.
+fn record_one_process(db: &Path) {
+    let w = workload();
+    let run = run_traced_with(
+        &["-o", db.to_str().unwrap()],
+        &[w.to_str().unwrap(), "exit", "0"],
+        |_| {},
+    );
+    assert_eq!(run.code(), 0);
+}
+
 #[test]
 fn bad_files_get_one_line_and_exit_2() {
     needs_root!();
     let dir = tempdir();
     // A real recording to damage.
     let good = dir.join("good.db");
-    let w = workload();
-    let run = run_traced_with(
-        &["-o", good.to_str().unwrap()],
-        &[w.to_str().unwrap(), "exit", "0"],
-        |_| {},
-    );
-    assert_eq!(run.code(), 0);
+    record_one_process(&good);
     let bytes = std::fs::read(&good).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty.db", vec![], "empty file"),
@@ -833,13 +838,7 @@ fn an_interrupted_export_leaves_no_partial_file() {
     needs_root!();
     let dir = tempdir();
     let db = dir.join("big.db");
-    let w = workload();
-    let run = run_traced_with(
-        &["-o", db.to_str().unwrap()],
-        &[w.to_str().unwrap(), "exit", "0"],
-        |_| {},
-    );
-    assert_eq!(run.code(), 0);
+    record_one_process(&db);
     // 400,000 copies of its exec and exit under other pids: an export of about two seconds
     // on the machines of BENCHMARKS.md, time enough to be stopped part way.
     sqlite(

@@ -617,24 +617,20 @@ mod tests {
     use crate::model::trace::Found;
     use crate::recording::Writer;
 
-    /// Schema 4 keeps the labels from /proc of the processes found running, so `report
-    /// FILE` labels them as the live report did; a schema 3 recording (no `found` table)
-    /// still reads.
-    #[test]
-    fn found_labels_are_recorded_and_schema_3_still_reads() {
-        let dir = std::env::temp_dir().join(format!("forkprof-reader-{}", std::process::id()));
+    /// A recording in a fresh directory `forkprof-reader-TAG-PID`, of `found` and then
+    /// `records`, finished: the directory and the file.
+    fn written(tag: &str, found: &[Found], records: &[Record]) -> (PathBuf, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("forkprof-reader-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("found.db");
+        let path = dir.join("rec.db");
         let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
-        let (bash, child) = (key(300, 0), key(301, 1_000));
-        writer.found(&Found {
-            pid: 300,
-            binary: b"/usr/bin/bash".to_vec(),
-            parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
-        });
-        for r in [spawn(bash, child, 56, 17), exit(child, 0), exit(bash, 0)] {
-            writer.record(&r);
+        for f in found {
+            writer.found(f);
+        }
+        for r in records {
+            writer.record(r);
         }
         let trace = Trace::default();
         let report = crate::model::Report::build(
@@ -642,6 +638,24 @@ mod tests {
             &crate::model::report::Context::for_run(&|_| false),
         );
         writer.finish(&trace, &report, Vec::new()).unwrap();
+        (dir, path)
+    }
+
+    /// Schema 4 keeps the labels from /proc of the processes found running, so `report
+    /// FILE` labels them as the live report did; a schema 3 recording (no `found` table)
+    /// still reads.
+    #[test]
+    fn found_labels_are_recorded_and_schema_3_still_reads() {
+        let (bash, child) = (key(300, 0), key(301, 1_000));
+        let (dir, path) = written(
+            "found",
+            &[Found {
+                pid: 300,
+                binary: b"/usr/bin/bash".to_vec(),
+                parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
+            }],
+            &[spawn(bash, child, 56, 17), exit(child, 0), exit(bash, 0)],
+        );
         let labels = |path: &Path| {
             let t = Recording::open(path).unwrap().load(false).unwrap();
             let b = t.binaries(&t.by_start());
@@ -672,25 +686,16 @@ mod tests {
     /// column named, never wrapped into a pid of 4294967295 or a time 584 years on.
     #[test]
     fn a_corrupt_key_or_time_is_refused_not_wrapped() {
-        let dir = std::env::temp_dir().join(format!("forkprof-reader-key-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("ok.db");
-        let writer = Writer::create(&path, None, Vec::new(), true).unwrap();
         let (parent, child) = (key(300, 0), key(301, 1_000));
-        for r in [
-            spawn(parent, child, 56, 17),
-            exit(child, 0),
-            exit(parent, 0),
-        ] {
-            writer.record(&r);
-        }
-        let trace = Trace::default();
-        let report = crate::model::Report::build(
-            &trace,
-            &crate::model::report::Context::for_run(&|_| false),
+        let (dir, path) = written(
+            "key",
+            &[],
+            &[
+                spawn(parent, child, 56, 17),
+                exit(child, 0),
+                exit(parent, 0),
+            ],
         );
-        writer.finish(&trace, &report, Vec::new()).unwrap();
         assert!(Recording::open(&path).unwrap().load(false).is_ok());
         for (change, said) in [
             ("UPDATE spawns SET pid = -1", "pid is -1, below 0"),

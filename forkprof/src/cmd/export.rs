@@ -93,10 +93,8 @@ mod enabled {
                 Ok(0)
             }
             Err(e) => {
-                // No half-written file is left behind (a full disk, say); a device stays.
-                if std::fs::metadata(&args.parquet).is_ok_and(|m| m.is_file()) {
-                    let _ = std::fs::remove_file(&args.parquet);
-                }
+                // No half-written file is left behind (a full disk, say).
+                crate::cmd::remove_partial(&args.parquet);
                 // A recording found corrupt part way through is bad input (exit 2).
                 bad_recording_or(e)
                     .map_err(|e| e.context(format!("cannot write {}", args.parquet.display())))

@@ -70,20 +70,25 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Removes `path`, an output left half-written (a full disk, a signal), if it is a regular
+/// file: a device named as the output stays.
+pub fn remove_partial(path: &Path) {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
 /// Removes `path`, an output being written, if forkprof is stopped by SIGINT, SIGTERM or
 /// SIGHUP before it is whole (no error path runs then), and exits 128 + the signal's number,
 /// as a shell would. A half-written file would otherwise look like a result, and the next
-/// attempt would need `--force`. Only a regular file goes: a device named as the output
-/// stays. Call it once the file is created.
+/// attempt would need `--force` (`remove_partial`). Call it once the file is created.
 pub fn remove_on_signal(path: &Path) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let path = path.to_path_buf();
     std::thread::spawn(move || {
         if let Some(signal) = signals.forever().next() {
-            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
-                let _ = std::fs::remove_file(&path);
-            }
+            remove_partial(&path);
             eprintln!(
                 "\nforkprof: stopped by signal {signal}; {} removed, incomplete",
                 path.display()

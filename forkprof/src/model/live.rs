@@ -138,7 +138,7 @@ impl Live {
     /// Forgets the unfinished processes whose pid `alive` said was gone at this call and at
     /// the one before (a live session calls it every `VANISH_CHECK_NS`), and returns how
     /// many; `counters.vanished` counts them. Their exit never came: its record was lost
-    /// (counted where, as a lost event), or a parent's spawn record came after its child
+    /// (counted as a lost event where it was lost), or a parent's spawn record came after its child
     /// had finished. Without this a `monitor` would follow them for months, and its
     /// processes-followed gauge would only climb. A pid gone twice, a check apart, leaves
     /// the kernel time to send an exit record it still holds (at the task's free, which RCU

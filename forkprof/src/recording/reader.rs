@@ -59,14 +59,7 @@ fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {
 /// time: a pid below 0 or above u32's range is a corrupt row, refused, not wrapped.
 fn key_at(r: &rusqlite::Row, pid: usize, start_ns: usize) -> rusqlite::Result<ProcKey> {
     let id = ns(r, pid)?;
-    let id = u32::try_from(id).map_err(|_| {
-        let column = r.as_ref().column_name(pid).unwrap_or("?").to_string();
-        rusqlite::Error::FromSqlConversionFailure(
-            pid,
-            rusqlite::types::Type::Integer,
-            format!("{column} is {id}, above the largest pid").into(),
-        )
-    })?;
+    let id = u32::try_from(id).map_err(|_| out_of_range(r, pid, id, "above the largest pid"))?;
     Ok(key(id, ns(r, start_ns)?))
 }
 
@@ -593,14 +586,23 @@ fn header(r: &rusqlite::Row, kind: u32) -> rusqlite::Result<RecordHeader> {
 /// little, which made totals of 18446744073 s.
 fn ns(r: &rusqlite::Row, i: usize) -> rusqlite::Result<u64> {
     let v = r.get::<_, i64>(i)?;
-    u64::try_from(v).map_err(|_| {
-        let column = r.as_ref().column_name(i).unwrap_or("?").to_string();
-        rusqlite::Error::FromSqlConversionFailure(
-            i,
-            rusqlite::types::Type::Integer,
-            format!("{column} is {v}, below 0").into(),
-        )
-    })
+    u64::try_from(v).map_err(|_| out_of_range(r, i, v, "below 0"))
+}
+
+/// The error for column `i` of a row whose integer `v` is out of its range (`why`), naming
+/// the column.
+fn out_of_range(
+    r: &rusqlite::Row,
+    i: usize,
+    v: impl std::fmt::Display,
+    why: &str,
+) -> rusqlite::Error {
+    let column = r.as_ref().column_name(i).unwrap_or("?").to_string();
+    rusqlite::Error::FromSqlConversionFailure(
+        i,
+        rusqlite::types::Type::Integer,
+        format!("{column} is {v}, {why}").into(),
+    )
 }
 
 /// A comm column, as the kernel's NUL-terminated buffer.

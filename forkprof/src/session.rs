@@ -21,6 +21,8 @@ use crate::model::trace::{ExitStatus, LostCounts};
 use crate::model::{Report, Trace};
 use crate::privilege::InvokingUser;
 use crate::recording::Writer;
+use forkprof_common::ProcKey;
+use rustc_hash::FxHashSet;
 
 /// What a trace session traces and where it records. The default: the processes added to it
 /// (and their descendants), nothing recorded.
@@ -39,6 +41,10 @@ pub struct Options {
     /// How promptly the agent collects (`Pace::LAZY` only where nothing reads the records
     /// before the session ends).
     pub pace: Pace,
+    /// Keep no trace of the processes seen: they go to the recording alone, which derives
+    /// its processes and phases tables from the file at the end (`finish_from_file`). So
+    /// `record`'s memory stays bounded however many processes it records.
+    pub keep_no_trace: bool,
 }
 
 /// How often the loss counters are copied into the recording.
@@ -375,10 +381,39 @@ struct Names {
     cgroups: CgroupNames,
 }
 
+/// What a session that keeps no trace still follows of its processes: those running after
+/// an exec, whose dynamic-linker record the kernel holds until their exit (read at the end
+/// by `Collector::held_ld`). One whose exit record was lost stays here (the loss is
+/// counted): a few bytes each.
+#[derive(Default)]
+struct Running(FxHashSet<ProcKey>);
+
+impl Running {
+    fn see(&mut self, record: &Record) {
+        match record {
+            Record::Exec(r) if r.errno == 0 => {
+                self.0.insert(r.hdr.proc);
+            }
+            Record::Exit(r) => {
+                self.0.remove(&r.hdr.proc);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// What a trace session keeps of its records beyond the recording: the whole trace, or
+/// (`Options::keep_no_trace`) only the processes running after an exec.
+struct Kept<'s> {
+    trace: &'s mut Trace,
+    running: Option<&'s mut Running>,
+}
+
 /// Where a trace session's records go: the recording, if any, then the trace. A process
 /// found running when tracing started gets its label from /proc first, and a cgroup id its
 /// path when it is first seen.
-fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: Record) {
+fn keep(kept: &mut Kept<'_>, writer: Option<&Writer>, names: &mut Names, record: Record) {
+    let trace = &mut *kept.trace;
     for f in names.found.first_sight(&record).iter().flatten() {
         if let Some(w) = writer {
             w.found(f);
@@ -398,7 +433,10 @@ fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: R
     if let Some(w) = writer {
         w.record(&record);
     }
-    trace.ingest(record);
+    match kept.running.as_deref_mut() {
+        Some(running) => running.see(&record),
+        None => trace.ingest(record),
+    }
 }
 
 /// A session that keeps a `Trace` and builds a `Report` from it (run, record), recording it
@@ -406,7 +444,10 @@ fn keep(trace: &mut Trace, writer: Option<&Writer>, names: &mut Names, record: R
 pub struct TraceSession {
     tracer: Tracer,
     writer: Option<Writer>,
+    /// Every process seen, unless the session keeps no trace: then only what its
+    /// `Running` keeps, and the rest of what a trace holds (labels, cgroups, losses).
     pub trace: Trace,
+    running: Option<Running>,
     /// The processes that existed before tracing began (all, or those added with
     /// `trace_pid`), as /proc showed them, and the cgroups' paths.
     names: Names,
@@ -469,6 +510,7 @@ impl TraceSession {
             tracer,
             writer,
             trace,
+            running: opts.keep_no_trace.then(Running::default),
             names: Names {
                 found,
                 cgroups: CgroupNames::new(),
@@ -508,13 +550,18 @@ impl TraceSession {
             tracer,
             writer,
             trace,
+            running,
             names,
             ..
         } = self;
         let writer = writer.as_ref();
         let mut copied = Instant::now();
+        let mut kept = Kept {
+            trace,
+            running: running.as_mut(),
+        };
         let route = |traced: Traced| match traced {
-            Traced::Record(record) => keep(trace, writer, names, record),
+            Traced::Record(record) => keep(&mut kept, writer, names, record),
             Traced::InScope(pids) => names.found.add(&pids),
         };
         let tick = |collector: &Collector| {
@@ -541,16 +588,25 @@ impl TraceSession {
     /// `trace.lost`. With a recording, it waits for the writer to commit what it was sent, so
     /// that the records it dropped are counted too.
     pub fn drain(&mut self) -> Result<()> {
-        let trace = &mut self.trace;
         let writer = self.writer.as_ref();
         let names = &mut self.names;
+        let mut kept = Kept {
+            trace: &mut self.trace,
+            running: self.running.as_mut(),
+        };
         self.tracer
             .collector
-            .drain(&mut |record| keep(trace, writer, names, record));
+            .drain(&mut |record| keep(&mut kept, writer, names, record));
         // The dynamic-linker records that processes still running hold until their exit.
-        let held = self.tracer.collector.held_ld(trace.running_after_exec());
+        let held = match kept.running.as_deref() {
+            Some(running) => self.tracer.collector.held_ld(running.0.iter().copied()),
+            None => self
+                .tracer
+                .collector
+                .held_ld(kept.trace.running_after_exec()),
+        };
         for ld in held {
-            keep(trace, writer, names, Record::Ld(ld));
+            keep(&mut kept, writer, names, Record::Ld(ld));
         }
         // Cgroups first seen moments after the hierarchy was last walked.
         for (id, path) in self.names.cgroups.settle() {
@@ -590,18 +646,36 @@ impl TraceSession {
         )
     }
 
-    /// Completes the recording, if any, with the derived tables and final meta.
-    pub fn finish(self, report: &Report, mut meta: Vec<(String, String)>) -> Result<()> {
+    /// Completes the recording, if any, with the derived tables (the rows of `report`) and
+    /// the final meta.
+    pub fn finish(self, report: &Report, meta: Vec<(String, String)>) -> Result<()> {
+        let meta = self.final_meta(meta);
         if let Some(w) = self.writer {
-            meta.push(("ended_ns".into(), monotonic_ns().to_string()));
-            // Again: hooks attached on demand since the start change them.
-            meta.push((
-                "sources".into(),
-                serde_json::to_string(&self.tracer.loaded.sources()).unwrap_or_default(),
-            ));
-            w.finish(&self.trace, report, meta)?;
+            w.finish(&self.trace.lost, report, meta)?;
         }
         Ok(())
+    }
+
+    /// Completes the recording with the final meta and the derived tables, which the
+    /// writer derives from the file (as for a session that kept no trace); returns the
+    /// processes in them (0 without a recording).
+    pub fn finish_from_file(self, meta: Vec<(String, String)>) -> Result<u64> {
+        let meta = self.final_meta(meta);
+        match self.writer {
+            Some(w) => w.finish_from_file(&self.trace.lost, meta),
+            None => Ok(0),
+        }
+    }
+
+    /// `meta` with what every finished recording adds.
+    fn final_meta(&self, mut meta: Vec<(String, String)>) -> Vec<(String, String)> {
+        meta.push(("ended_ns".into(), monotonic_ns().to_string()));
+        // Again: hooks attached on demand since the start change them.
+        meta.push((
+            "sources".into(),
+            serde_json::to_string(&self.tracer.loaded.sources()).unwrap_or_default(),
+        ));
+        meta
     }
 }
 

@@ -243,7 +243,7 @@ fn records_written_again_give_the_same_recording() {
     let mut ctx = Context::for_run(&|_| false);
     ctx.processes = true;
     let report = Report::build(&trace, &ctx);
-    writer.finish(&trace, &report, vec![]).unwrap();
+    writer.finish(&trace.lost, &report, vec![]).unwrap();
     let (a, b) = (
         rusqlite::Connection::open(&db).unwrap(),
         rusqlite::Connection::open(&copy).unwrap(),

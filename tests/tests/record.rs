@@ -242,6 +242,30 @@ fn record_system_wide_for_a_duration() {
     let row = binary_row(&rep, &bin).expect("probe binary recorded");
     assert_eq!(row["processes"], 40);
     assert_eq!(rep["summary"]["lost_events"], 0);
+    // `record` keeps no trace: its derived tables are read back from the file at the end,
+    // and hold every process the report of the file counts.
+    assert_eq!(
+        sqlite(&db, "SELECT count(*) FROM processes"),
+        rep["summary"]["processes"].to_string()
+    );
+    let probe = format!("'{}'", bin.display());
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!("SELECT count(*) FROM processes WHERE binary = {probe} AND exit_code = 0")
+        ),
+        "40"
+    );
+    assert_eq!(
+        sqlite(
+            &db,
+            &format!(
+                "SELECT count(DISTINCT pid) FROM phases JOIN processes USING (pid, start_ns) \
+                 WHERE binary = {probe} AND phase = 'exec'"
+            )
+        ),
+        "40"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -67,6 +67,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
             owner: user.clone(),
             meta: vec![("mode".into(), mode)],
             pace: Pace::PROMPT,
+            keep_no_trace: true,
         },
         scope.as_ref(),
     )?;
@@ -114,10 +115,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     }
     let wall_ns = session.elapsed_ns();
     session.drain()?;
-    let report = session.report(Vec::new(), None, wall_ns);
-    let processes = report.summary.processes;
-    let lost = report.summary.lost_events;
-    session.finish(&report, vec![("wall_ns".into(), wall_ns.to_string())])?;
+    let lost = session.trace.lost.total();
+    // The processes/phases tables are derived from the file: `record` kept no trace.
+    let processes = session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())])?;
     eprintln!(
         "forkprof: recorded {processes} processes to {} ({lost} lost events)",
         args.output.display()

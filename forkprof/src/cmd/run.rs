@@ -127,6 +127,8 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         } else {
             Pace::PROMPT
         },
+        // Its report is built from the trace.
+        keep_no_trace: false,
         meta: vec![
             ("mode".into(), "run".into()),
             (

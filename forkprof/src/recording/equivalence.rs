@@ -225,8 +225,17 @@ impl Sim {
     }
 }
 
-/// Writes a simulated recording of about `n` processes to `path`.
+/// Writes a simulated recording of about `n` processes to `path`, with empty derived
+/// tables.
 fn simulate(path: &Path, n: u32) {
+    let writer = simulated(path, n);
+    let trace = Trace::default();
+    let report = Report::build(&trace, &Context::for_run(&|_| false));
+    writer.finish(&trace.lost, &report, Vec::new()).unwrap();
+}
+
+/// The writer of a simulated recording of about `n` processes to `path`, every record sent.
+fn simulated(path: &Path, n: u32) -> Writer {
     let root = key(100, 0);
     let mut sim = Sim {
         rng: Rng(0x9e37_79b9_7f4a_7c15),
@@ -267,9 +276,7 @@ fn simulate(path: &Path, n: u32) {
     for (_, r) in &sim.records {
         writer.record(r);
     }
-    let trace = Trace::default();
-    let report = Report::build(&trace, &Context::for_run(&|_| false));
-    writer.finish(&trace, &report, Vec::new()).unwrap();
+    writer
 }
 
 fn context<'a>(
@@ -375,6 +382,57 @@ fn the_streaming_report_equals_the_report_in_memory() {
     }
     // It streamed: far fewer processes were held at once than the recording has.
     assert!(held < whole.processes.len() / 4, "{held}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every row of a table of the recording at `path`, in the order of `order`.
+fn rows(path: &Path, table: &str, order: &str) -> Vec<Vec<rusqlite::types::Value>> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut st = conn
+        .prepare(&format!("SELECT * FROM {table} ORDER BY {order}"))
+        .unwrap();
+    let columns = st.column_count();
+    st.query_map([], |r| (0..columns).map(|i| r.get(i)).collect())
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
+/// `record`'s derived tables, read back from the file one process at a time, are those
+/// `run -o` writes from the whole trace in memory.
+#[test]
+fn the_tables_derived_from_the_file_equal_those_of_the_trace_in_memory() {
+    let dir = std::env::temp_dir().join(format!("forkprof-derived-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let from_file = dir.join("from-file.db");
+    let n = simulated(&from_file, 30_000)
+        .finish_from_file(&Default::default(), Vec::new())
+        .unwrap();
+    let whole = Recording::open(&from_file).unwrap().load(false).unwrap();
+    let loaders = crate::elf::InterpCache::default();
+    let is_static = |p: &[u8]| loaders.is_static(p);
+    let report = Report::build(&whole, &Context::for_run(&is_static));
+    let in_memory = dir.join("in-memory.db");
+    let written = Writer::create(&in_memory, None, Vec::new(), false)
+        .unwrap()
+        .finish(&whole.lost, &report, Vec::new())
+        .unwrap();
+    assert!(n > 25_000, "{n}");
+    assert_eq!(n, written);
+    for (table, order) in [
+        ("processes", "pid, start_ns"),
+        ("phases", "pid, start_ns, phase"),
+    ] {
+        let (a, b) = (
+            rows(&from_file, table, order),
+            rows(&in_memory, table, order),
+        );
+        assert!(a.len() as u64 >= n, "{table}: {} rows", a.len());
+        if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+            panic!("{table} row {i}: {:?} vs {:?}", a.get(i), b.get(i));
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

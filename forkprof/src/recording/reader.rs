@@ -639,7 +639,7 @@ mod tests {
             &trace,
             &crate::model::report::Context::for_run(&|_| false),
         );
-        writer.finish(&trace, &report, Vec::new()).unwrap();
+        writer.finish(&trace.lost, &report, Vec::new()).unwrap();
         (dir, path)
     }
 

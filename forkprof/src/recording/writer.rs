@@ -11,11 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use rusqlite::{CachedStatement, Connection, Transaction, params};
 
+use super::Recording;
 use super::{RECORDING_SCHEMA, SCHEMA, ld_outcome_name};
 use crate::decode::{Record, c_bytes};
-use crate::model::report::Report;
-use crate::model::trace::{Found, LostCounts};
-use crate::model::{Method, Trace};
+use crate::elf::InterpCache;
+use crate::model::report::{Context, Item, ProcessRow, Report, ReportBuilder};
+use crate::model::trace::{Binaries, ExitStatus, Found, LostCounts, Origin};
+use crate::model::{Method, Process, Trace};
 use crate::privilege::{InvokingUser, as_user, open_private_file};
 
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
@@ -44,7 +46,17 @@ enum Msg {
 
 struct Finish {
     meta: Vec<(String, String)>,
-    processes: Vec<ProcessOut>,
+    processes: Derived,
+}
+
+/// Where the derived `processes` and `phases` tables come from.
+enum Derived {
+    /// The rows of a report of the whole trace, kept in memory (`run -o`).
+    Rows(Vec<ProcessOut>),
+    /// The recording itself, read back once its records are committed, one process at a
+    /// time as `report` reads it (`record`, which keeps no trace: its memory stays bounded
+    /// however many processes it records).
+    FromFile,
 }
 
 struct ProcessOut {
@@ -63,12 +75,15 @@ pub struct Writer {
     tx: Sender<Msg>,
     /// Records not yet sent to the writer thread (see `RECORDS_PER_MESSAGE`).
     queued: RefCell<Vec<Record>>,
-    handle: JoinHandle<Result<()>>,
+    handle: JoinHandle<Written>,
     /// Records that never reached the file (see `dropped`).
     dropped: Arc<AtomicU64>,
     /// The file, as messages name it.
     shown: String,
 }
+
+/// What the writer thread did: the processes in the derived tables, when it finished.
+type Written = Result<Option<u64>>;
 
 /// The writer thread's progress: records inserted but not yet committed, and the `Sync`s
 /// to answer once they are.
@@ -215,6 +230,95 @@ impl<'t> Inserts<'t> {
     }
 }
 
+impl ProcessOut {
+    fn of(p: &ProcessRow) -> Self {
+        ProcessOut {
+            pid: p.pid,
+            start_ns: p.start_ns,
+            parent_pid: p.parent_pid,
+            method: p.method.name(),
+            binary: p.binary.clone(),
+            parent_binary: p.parent_binary.clone(),
+            exit_code: match p.exit {
+                Some(ExitStatus::Code(c)) => Some(c),
+                _ => None,
+            },
+            exit_signal: match p.exit {
+                Some(ExitStatus::Signal(s)) => Some(s),
+                _ => None,
+            },
+            phases: p
+                .phases
+                .iter_by_name()
+                .map(|(k, v)| (k.name(), *v))
+                .collect(),
+        }
+    }
+}
+
+/// The insert statements of the derived tables.
+struct DerivedInserts<'t> {
+    processes: rusqlite::Statement<'t>,
+    phases: rusqlite::Statement<'t>,
+}
+
+impl<'t> DerivedInserts<'t> {
+    fn new(tx: &'t Transaction<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            processes: tx
+                .prepare("INSERT OR REPLACE INTO processes VALUES (?1,?2,?3,?4,?5,?6,?7,?8)")?,
+            phases: tx.prepare("INSERT INTO phases VALUES (?1,?2,?3,?4)")?,
+        })
+    }
+
+    fn insert(&mut self, row: &ProcessOut) -> rusqlite::Result<()> {
+        self.processes.execute(params![
+            row.pid,
+            row.start_ns as i64,
+            row.parent_pid,
+            row.method,
+            row.binary,
+            row.parent_binary,
+            row.exit_code,
+            row.exit_signal,
+        ])?;
+        for (name, value) in &row.phases {
+            self.phases
+                .execute(params![row.pid, row.start_ns as i64, name, *value as i64])?;
+        }
+        Ok(())
+    }
+}
+
+/// Inserts the derived rows of every process of the recording at `path`, read back from
+/// its committed records one process at a time (`Recording::processes`, as `report` reads
+/// it), into `tx`; returns how many. The report is built as `run`'s is (`Context::for_run`),
+/// so its rows are those `run -o` derives from the trace in memory.
+fn derive_from_file(tx: &Transaction<'_>, path: &Path) -> Result<u64> {
+    let recording = Recording::open(path)?;
+    let start = recording.stream_start(false)?;
+    let loaders = InterpCache::default();
+    let is_static = |p: &[u8]| loaders.is_static(p);
+    let ctx = Context::for_run(&is_static);
+    let mut builder = ReportBuilder::new(&ctx);
+    let mut inserts = DerivedInserts::new(tx)?;
+    let mut n = 0u64;
+    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
+        let item = Item {
+            process: p,
+            binaries: bins,
+            ancestry: &origin.ancestry,
+        };
+        if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
+            inserts.insert(&ProcessOut::of(&row))?;
+            n += 1;
+        }
+        Ok(())
+    };
+    recording.processes(start, false, &mut sink)?;
+    Ok(n)
+}
+
 fn insert_found(tx: &Transaction<'_>, f: &Found) -> rusqlite::Result<()> {
     tx.prepare_cached("INSERT OR REPLACE INTO found VALUES (?1,?2,?3)")?
         .execute(params![
@@ -247,16 +351,17 @@ fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
 
 fn run(
     mut conn: Connection,
+    path: &Path,
     rx: &Receiver<Msg>,
     keep_args: bool,
     commit_every: Duration,
     progress: &mut Progress,
-) -> Result<()> {
+) -> Written {
     loop {
         // Wait for the first message of a batch, then gather for up to `commit_every`.
         let first = match rx.recv() {
             Ok(m) => m,
-            Err(_) => return Ok(()),
+            Err(_) => return Ok(None),
         };
         let deadline = Instant::now() + commit_every;
         let tx = conn.transaction()?;
@@ -312,36 +417,59 @@ fn run(
             }
         }
         if let Some(f) = finish {
-            set_meta(&tx, &f.meta)?;
-            {
-                let mut p = tx
-                    .prepare("INSERT OR REPLACE INTO processes VALUES (?1,?2,?3,?4,?5,?6,?7,?8)")?;
-                let mut ph = tx.prepare("INSERT INTO phases VALUES (?1,?2,?3,?4)")?;
-                for row in &f.processes {
-                    p.execute(params![
-                        row.pid,
-                        row.start_ns as i64,
-                        row.parent_pid,
-                        row.method,
-                        row.binary,
-                        row.parent_binary,
-                        row.exit_code,
-                        row.exit_signal,
-                    ])?;
-                    for (name, value) in &row.phases {
-                        ph.execute(params![row.pid, row.start_ns as i64, name, *value as i64])?;
-                    }
-                }
-            }
-            tx.commit()?;
-            progress.pending = 0;
+            let left = commit_last(tx, *f, progress)?;
             conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
-            return Ok(());
+            return match left {
+                Left::Nothing(n) => Ok(Some(n)),
+                Left::Derive(meta) => derive_tables(&mut conn, path, &meta).map(Some),
+            };
         }
         tx.commit()?;
         progress.pending = 0;
         progress.answer();
     }
+}
+
+/// What is left to do once the last records are committed.
+enum Left {
+    /// Nothing: the derived tables went in with them, this many processes.
+    Nothing(u64),
+    /// Derive the tables from the file, then store this final meta with them.
+    Derive(Vec<(String, String)>),
+}
+
+/// Commits the last records: with the derived tables and the final meta when they came as
+/// rows; else (`Derived::FromFile`) alone, so that the file read back holds every record.
+fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Result<Left> {
+    let Finish { meta, processes } = f;
+    let left = match processes {
+        Derived::Rows(rows) => {
+            let mut inserts = DerivedInserts::new(&tx)?;
+            for row in &rows {
+                inserts.insert(row)?;
+            }
+            drop(inserts);
+            set_meta(&tx, &meta)?;
+            Left::Nothing(rows.len() as u64)
+        }
+        Derived::FromFile => Left::Derive(meta),
+    };
+    tx.commit()?;
+    progress.pending = 0;
+    Ok(left)
+}
+
+/// Derives the processes/phases tables from the file, whose records are all committed and
+/// checkpointed, and stores the final meta with them; returns the processes in them. The
+/// main file changes again only at the next checkpoint, after the derived rows are
+/// committed, so the read-back sees every record and nothing else.
+fn derive_tables(conn: &mut Connection, path: &Path, meta: &[(String, String)]) -> Result<u64> {
+    let tx = conn.transaction()?;
+    let n = derive_from_file(&tx, path).context("deriving the processes and phases tables")?;
+    set_meta(&tx, meta)?;
+    tx.commit()?;
+    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
+    Ok(n)
 }
 
 /// After the writer stopped on an error: counts what it had not committed and every record
@@ -413,11 +541,12 @@ impl Writer {
         let shown = path.display().to_string();
         let dropped = Arc::new(AtomicU64::new(0));
         let counted = dropped.clone();
+        let file = path.to_path_buf();
         let handle = std::thread::Builder::new()
             .name("forkprof-writer".into())
             .spawn(move || {
                 let mut progress = Progress::default();
-                let result = run(conn, &rx, keep_args, commit_every, &mut progress);
+                let result = run(conn, &file, &rx, keep_args, commit_every, &mut progress);
                 if let Err(e) = &result {
                     // Say so at once: the trace goes on, the file keeps what was committed.
                     eprintln!(
@@ -494,60 +623,69 @@ impl Writer {
         let _ = self.tx.send(Msg::Lost(lost.clone()));
     }
 
-    /// Writes the final meta and the derived processes/phases tables, then waits for the
-    /// writer to commit everything.
+    /// Writes the final meta and the derived processes/phases tables (the rows of `report`,
+    /// built from the whole trace in memory), then waits for the writer to commit
+    /// everything.
     pub fn finish(
         self,
-        trace: &Trace,
+        lost: &LostCounts,
         report: &Report,
-        mut meta: Vec<(String, String)>,
-    ) -> Result<()> {
-        self.flush();
-        meta.extend(lost_meta(&trace.lost));
-        let processes = report
+        meta: Vec<(String, String)>,
+    ) -> Result<u64> {
+        let rows = report
             .processes
             .as_deref()
             .unwrap_or_default()
             .iter()
-            .map(|p| ProcessOut {
-                pid: p.pid,
-                start_ns: p.start_ns,
-                parent_pid: p.parent_pid,
-                method: p.method.name(),
-                binary: p.binary.clone(),
-                parent_binary: p.parent_binary.clone(),
-                exit_code: match p.exit {
-                    Some(crate::model::trace::ExitStatus::Code(c)) => Some(c),
-                    _ => None,
-                },
-                exit_signal: match p.exit {
-                    Some(crate::model::trace::ExitStatus::Signal(s)) => Some(s),
-                    _ => None,
-                },
-                phases: p
-                    .phases
-                    .iter_by_name()
-                    .map(|(k, v)| (k.name(), *v))
-                    .collect(),
-            })
+            .map(ProcessOut::of)
             .collect();
+        self.end(lost, meta, Derived::Rows(rows))
+    }
+
+    /// `finish` for a session that kept no trace (`record`): the writer derives the
+    /// processes/phases tables from the file once every record is committed, one process
+    /// at a time. Returns the processes in them.
+    pub fn finish_from_file(self, lost: &LostCounts, meta: Vec<(String, String)>) -> Result<u64> {
+        self.end(lost, meta, Derived::FromFile)
+    }
+
+    fn end(
+        self,
+        lost: &LostCounts,
+        mut meta: Vec<(String, String)>,
+        processes: Derived,
+    ) -> Result<u64> {
+        self.flush();
+        meta.extend(lost_meta(lost));
         let _ = self
             .tx
             .send(Msg::Finish(Box::new(Finish { meta, processes })));
         drop(self.tx);
-        self.handle
+        let written = self
+            .handle
             .join()
-            .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?
-            // The writer said why when it stopped; this is the conclusion, not the cause again,
-            // with what it means: how many records the file lacks.
-            .map_err(|_| {
-                anyhow::anyhow!(
-                    "the recording {} is incomplete: its writing stopped (see above), and {} \
-                     records did not reach it",
-                    self.shown,
-                    self.dropped.load(Ordering::SeqCst)
-                )
-            })
+            .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?;
+        // The writer said why when it stopped; this is the conclusion, not the cause again,
+        // with what it means: how many records the file lacks.
+        let incomplete = || {
+            let dropped = self.dropped.load(Ordering::SeqCst);
+            let lacks = match dropped {
+                0 => "every record reached it, but not its processes and phases tables \
+                      (`forkprof report` reads it all the same)"
+                    .to_string(),
+                n => format!("{n} records did not reach it"),
+            };
+            anyhow::anyhow!(
+                "the recording {} is incomplete: its writing stopped (see above), and {lacks}",
+                self.shown
+            )
+        };
+        match written {
+            Ok(Some(n)) => Ok(n),
+            // The channel closed before `Finish` was read: cannot happen while `self.tx`
+            // sent it, but never a silent success.
+            Ok(None) | Err(_) => Err(incomplete()),
+        }
     }
 }
 

@@ -66,13 +66,13 @@ fn sql(groups: &[Group], seed: u64) -> String {
         );
         s += &match g.ld_us {
             Some([start, map, reloc]) => format!(
-                "INSERT INTO lds SELECT i, i*1000000, i*1000000+500000, 'complete', 4, 40, {}, {}, {}, 0, 0, 0 FROM ({ids});\n",
+                "INSERT INTO lds SELECT i, i*1000000, i*1000000+500000, 'complete', 4, 40, {}, {}, {}, 0, 0, 0, 3 FROM ({ids});\n",
                 us(start, 3),
                 us(map, 4),
                 us(reloc, 5)
             ),
             None => format!(
-                "INSERT INTO lds SELECT i, i*1000000, i*1000000+500000, 'no_glibc_ld', 0, 10, 0, 0, 0, 0, 0, {} FROM ({ids});\n",
+                "INSERT INTO lds SELECT i, i*1000000, i*1000000+500000, 'no_glibc_ld', 0, 10, 0, 0, 0, 0, 0, {}, 0 FROM ({ids});\n",
                 us(60, 6)
             ),
         };

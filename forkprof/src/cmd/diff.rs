@@ -7,18 +7,23 @@ use anyhow::{Context as _, Result};
 use crate::cli::{DiffArgs, Format};
 use crate::cmd::EXIT_BAD_RECORDING;
 use crate::elf::InterpCache;
-use crate::model::diff::{Side, compare};
-use crate::model::report::{Context, GroupBy};
+use crate::model::diff::{Side, SideBuilder, compare};
+use crate::model::report::{Context, GroupBy, Item, ReportBuilder};
+use crate::model::trace::{Binaries, Origin};
+use crate::model::{Process, Trace};
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
 use crate::recording::Recording;
 
-/// A recording loaded and sampled, or the one line to print before exiting 2.
+/// A recording read and sampled, or the one line to print before exiting 2. It is read
+/// one process at a time, as `report` reads it (`Recording::processes`), so that memory
+/// grows with the groups and the processes alive at once, not with the recording.
 fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>), String> {
     let recording = Recording::open(path).map_err(|e| e.to_string())?;
-    let trace = recording.load(false).map_err(|e| e.to_string())?;
+    let start = recording.stream_start(false).map_err(|e| e.to_string())?;
     let version = recording.meta.get("schema_version").cloned();
-    // The hints look at binaries and parents: both are grouped, whatever `--by` is.
+    // The hints look at binaries and parents: both are grouped, whatever `--by` is (first:
+    // the side samples the report's first grouping).
     let mut groupings = vec![by];
     for g in [GroupBy::Binary, GroupBy::Parent] {
         if !groupings.contains(&g) {
@@ -33,7 +38,24 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
         folded,
         ..Context::for_run(&is_static)
     };
-    Ok((Side::build(&trace, &ctx, by), version))
+    let mut builder = ReportBuilder::new(&ctx);
+    let mut side = SideBuilder::default();
+    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
+        let item = Item {
+            process: p,
+            binaries: bins,
+            ancestry: &origin.ancestry,
+        };
+        if let Some(added) = builder.add(trace, item) {
+            side.add(&added);
+        }
+        Ok(())
+    };
+    let trace = recording
+        .processes(start, false, &mut sink)
+        .map_err(|e| format!("{e:#}"))?;
+    let report = builder.finish(&trace, None);
+    Ok((side.finish(report, by), version))
 }
 
 /// BEFORE's recordings and AFTER's, or the one line to print before exiting 2.

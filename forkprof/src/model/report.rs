@@ -172,34 +172,6 @@ impl GroupBy {
     }
 }
 
-/// Each process's key for a cgroup grouping (`Cgroup` or `Unit`), indexed like
-/// `trace.processes`; empty for the other groupings.
-pub fn cgroup_keys(trace: &Trace, by: GroupBy) -> Vec<Shared> {
-    let unit = match by {
-        GroupBy::Cgroup => false,
-        GroupBy::Unit => true,
-        _ => return Vec::new(),
-    };
-    let mut units: HashMap<Shared, Shared> = HashMap::new();
-    trace
-        .processes
-        .iter()
-        .map(|p| {
-            let path = super::cgroup::label(trace, p);
-            if !unit || path.as_ref() == b"?" {
-                return path;
-            }
-            units
-                .entry(path.clone())
-                .or_insert_with(|| {
-                    let u = super::cgroup::unit_of(&String::from_utf8_lossy(&path));
-                    Shared::from(u.as_bytes())
-                })
-                .clone()
-        })
-        .collect()
-}
-
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SortBy {
     /// Total spawn cost.
@@ -466,21 +438,6 @@ fn groupings_built(asked: &[GroupBy]) -> Vec<GroupBy> {
     all
 }
 
-/// "root;...;parent;self" of binary base names, for every process (by index): its
-/// ancestry (`Origin::ancestry`) and its own final binary.
-pub fn ancestries(trace: &Trace, order: &[usize], binaries: &[Binaries]) -> Vec<Shared> {
-    let mut names = Names::default();
-    let origins = trace.origins(order, &mut names);
-    origins
-        .iter()
-        .zip(binaries)
-        .map(|(o, b)| match o {
-            Some(o) => names.stack(&o.ancestry, &b.last),
-            None => names.unknown.clone(),
-        })
-        .collect()
-}
-
 /// Spawns per second in the busiest window. The window is the run split into equal parts
 /// of at most one second (the whole run when it is shorter than a second; 1 s when the wall
 /// time is unknown). Spawn times are counted in steps of a sixteenth of the window, and the
@@ -594,6 +551,8 @@ pub struct Added {
     pub phases: Phases,
     /// Its row, when the report has per-process rows.
     pub row: Option<ProcessRow>,
+    /// The key of its group under the report's first grouping (`diff` samples it).
+    pub group: Shared,
 }
 
 /// One process, as the report needs it: the process, its binaries, and its ancestry
@@ -719,6 +678,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
             let f = self.folded.entry(key).or_default();
             *f = f.saturating_add(cost);
         }
+        let mut first_group = None;
         for gi in 0..self.groupings.len() {
             let by = self.groupings[gi];
             let key: Shared = match by {
@@ -729,6 +689,9 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
                 GroupBy::Cgroup => self.cgroup_key(trace, p, false),
                 GroupBy::Unit => self.cgroup_key(trace, p, true),
             };
+            if gi == 0 {
+                first_group = Some(key.clone());
+            }
             let map = &mut self.groups[gi];
             let group = match map.get_mut(&key) {
                 Some(g) => g,
@@ -773,7 +736,11 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
                 .filter_map(|&phase| ph.get(phase).map(|v| (phase, v)))
                 .collect(),
         });
-        Some(Added { phases: ph, row })
+        Some(Added {
+            phases: ph,
+            row,
+            group: first_group.expect("a report has a grouping"),
+        })
     }
 
     /// The report of the processes added; `trace` gives the counts kept beyond them (threads,
@@ -868,6 +835,12 @@ fn frame_of_group(key: &[u8]) -> Vec<u8> {
 impl Report {
     /// The report of every process of `trace` (all in memory: `run`, and small recordings).
     pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
+        Self::build_each(trace, ctx, |_| {})
+    }
+
+    /// `build`, handing `each` what the report made of each process it kept, in order of
+    /// creation.
+    pub fn build_each(trace: &Trace, ctx: &Context<'_>, mut each: impl FnMut(&Added)) -> Self {
         let order = trace.by_start();
         let mut names = Names::default();
         let origins = trace.origins(&order, &mut names);
@@ -885,8 +858,9 @@ impl Report {
                 binaries: &binaries,
                 ancestry: &origin.ancestry,
             };
-            if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
-                rows.push(row);
+            if let Some(added) = builder.add(trace, item) {
+                each(&added);
+                rows.extend(added.row);
             }
         }
         builder.finish(trace, ctx.processes.then_some(rows))

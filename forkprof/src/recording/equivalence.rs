@@ -385,6 +385,76 @@ fn the_streaming_report_equals_the_report_in_memory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `diff`'s side of a recording read one process at a time (`SideBuilder`, as `forkprof
+/// diff` reads it) is the side of the whole trace in memory (`Side::build`), whatever the
+/// grouping: the same diff, bootstrap intervals included, which do not depend on the order
+/// the processes come in.
+#[test]
+fn the_streamed_diff_side_equals_the_side_in_memory() {
+    use crate::model::diff::{Side, SideBuilder, compare};
+    let dir = std::env::temp_dir().join(format!("forkprof-diff-side-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sim.db");
+    // Small: each diff bootstraps every group and phase (1,000 resamples of each value).
+    simulate(&path, 2_000);
+    let recording = Recording::open(&path).unwrap();
+    let whole = recording.load(false).unwrap();
+    let is_static = |p: &[u8]| p.ends_with(b"tool7");
+    for by in [
+        GroupBy::Binary,
+        GroupBy::Parent,
+        GroupBy::Ancestry,
+        GroupBy::Method,
+        GroupBy::Cgroup,
+        GroupBy::Unit,
+    ] {
+        let mut groupings = vec![by];
+        for g in [GroupBy::Binary, GroupBy::Parent] {
+            if g != by {
+                groupings.push(g);
+            }
+        }
+        let ctx = Context {
+            processes: false,
+            ..context(&is_static, groupings, Filter::default())
+        };
+        let streamed = || {
+            let mut builder = ReportBuilder::new(&ctx);
+            let mut side = SideBuilder::default();
+            let mut sink = |trace: &Trace, p: &Process, b: &Binaries, o: &Origin| {
+                let item = Item {
+                    process: p,
+                    binaries: b,
+                    ancestry: &o.ancestry,
+                };
+                side.add(&builder.add(trace, item).expect("no filter"));
+                Ok(())
+            };
+            let start = recording.stream_start(false).unwrap();
+            let trace = recording.processes(start, false, &mut sink).unwrap();
+            side.finish(builder.finish(&trace, None), by)
+        };
+        let in_memory = || Side::build(&whole, &ctx, by);
+        let json = |before: Side, after: Side| {
+            serde_json::to_value(compare(&before, &after, by, 2.0)).unwrap()
+        };
+        // Both sides streamed give the diff of both in memory.
+        let a = json(in_memory(), in_memory());
+        let b = json(streamed(), streamed());
+        assert!(a == b, "{by:?} differs: {}", first_difference(&a, &b));
+        let rows = a["rows"].as_array().unwrap();
+        assert!(rows.len() > 3, "{by:?}: {} rows", rows.len());
+        if by == GroupBy::Binary {
+            assert!(
+                rows.iter().any(|r| r["interval_method"] == "bootstrap"),
+                "the case covers the bootstrap"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every row of a table of the recording at `path`, in the order of `order`.
 fn rows(path: &Path, table: &str, order: &str) -> Vec<Vec<rusqlite::types::Value>> {
     let conn = rusqlite::Connection::open(path).unwrap();

@@ -152,8 +152,13 @@ impl Sample {
         self.parts.len() == 1 && self.n() as usize <= BOOTSTRAP_MAX
     }
 
-    fn values(&self) -> &[u64] {
-        self.parts.first().map_or(&[], |p| &p.values)
+    /// The values of its one recording, sorted: what the bootstrap resamples does not
+    /// depend on the order the processes were read in (by creation in memory, by
+    /// completion when a recording is streamed).
+    fn sorted_values(&self) -> Vec<u64> {
+        let mut v = self.parts.first().map_or(Vec::new(), |p| p.values.clone());
+        v.sort_unstable();
+        v
     }
 }
 
@@ -256,7 +261,7 @@ pub fn ratio_interval(before: &Sample, after: &Sample, seed: u64) -> Option<Inte
     let ((lo, hi), method) = if before.recordings() > 1 || after.recordings() > 1 {
         (delta(before, after), IntervalMethod::Recordings)
     } else if before.bootstrappable() && after.bootstrappable() {
-        let ci = bootstrap(before.values(), after.values(), seed);
+        let ci = bootstrap(&before.sorted_values(), &after.sorted_values(), seed);
         (ci, IntervalMethod::Bootstrap)
     } else {
         (delta(before, after), IntervalMethod::Delta)

@@ -23,8 +23,8 @@ pub use interval::{
 };
 
 use super::hints::{Hint, base};
-use super::phases::{PHASES, Phase, Phases};
-use super::report::{Context, GroupBy, GroupRow, Report, ancestries, cgroup_keys, escape};
+use super::phases::{PHASES, Phase};
+use super::report::{Added, Context, GroupBy, GroupRow, Report, escape};
 use super::trace::{Shared, Trace};
 
 /// Count and total of one quantity (ns), summed over a side's recordings.
@@ -69,49 +69,52 @@ pub struct Side {
     phase_tallies: Vec<Option<Tally>>,
 }
 
-impl Side {
-    /// One recording. `ctx.groupings` must contain `by`.
-    pub fn build(trace: &Trace, ctx: &Context<'_>, by: GroupBy) -> Self {
-        let report = Report::build(trace, ctx);
-        let order = trace.by_start();
-        let binaries = trace.binaries(&order);
-        let ancestry = if by == GroupBy::Ancestry {
-            ancestries(trace, &order, &binaries)
-        } else {
-            Vec::new()
-        };
-        let cgroups = cgroup_keys(trace, by);
-        let mut groups: HashMap<Shared, Sample> = HashMap::new();
-        let mut phases = vec![Sample::default(); PHASES.len()];
-        let mut method_keys: HashMap<&'static str, Shared> = HashMap::new();
-        for &i in &order {
-            let p = &trace.processes[i];
-            let bins = &binaries[i];
-            let is_static = p.execs.iter().any(|e| e.errno == 0) && (ctx.is_static)(&bins.last);
-            let ph = Phases::of(p, is_static);
-            for phase in PHASES {
-                if let Some(v) = ph.get(phase) {
-                    phases[phase as usize].add(v);
-                }
-            }
-            let Some(cost) = ph.get(Phase::SpawnCost) else {
-                continue;
-            };
-            let key = match by {
-                GroupBy::Binary => &bins.last,
-                GroupBy::Parent => &bins.at_spawn,
-                GroupBy::Ancestry => &ancestry[i],
-                GroupBy::Cgroup | GroupBy::Unit => &cgroups[i],
-                GroupBy::Method => method_keys
-                    .entry(p.method.name())
-                    .or_insert_with(|| Shared::from(p.method.name().as_bytes())),
-            };
-            match groups.get_mut(key) {
-                Some(s) => s.add(cost),
-                None => groups.entry(key.clone()).or_default().add(cost),
+/// One recording's side, sampled one process at a time: `add` what the report made of each
+/// process (`ReportBuilder::add`, or `Report::build_each`), then `finish` with the report.
+/// Memory grows with the groups (and at most `BOOTSTRAP_MAX` values each), not with the
+/// processes, so a recording of any size is compared as it is read.
+#[derive(Default)]
+pub struct SideBuilder {
+    /// Group key -> spawn_cost of each of its processes.
+    groups: HashMap<Shared, Sample>,
+    /// Per phase (indexed by `Phase as usize`): its value in each process.
+    phases: Vec<Sample>,
+}
+
+impl SideBuilder {
+    /// Adds one process; the report's first grouping must be the diff's `by`.
+    pub fn add(&mut self, added: &Added) {
+        if self.phases.is_empty() {
+            self.phases = vec![Sample::default(); PHASES.len()];
+        }
+        let ph = &added.phases;
+        for phase in PHASES {
+            if let Some(v) = ph.get(phase) {
+                self.phases[phase as usize].add(v);
             }
         }
-        let groups = groups.into_iter().map(|(k, v)| (escape(&k), v)).collect();
+        let Some(cost) = ph.get(Phase::SpawnCost) else {
+            return;
+        };
+        match self.groups.get_mut(&added.group) {
+            Some(s) => s.add(cost),
+            None => self
+                .groups
+                .entry(added.group.clone())
+                .or_default()
+                .add(cost),
+        }
+    }
+
+    /// The side of the recording whose processes were added, with its report.
+    pub fn finish(self, report: Report, by: GroupBy) -> Side {
+        let groups = self
+            .groups
+            .into_iter()
+            .map(|(k, v)| (escape(&k), v))
+            .collect();
+        let mut phases = self.phases;
+        phases.resize(PHASES.len(), Sample::default());
         let tallies = report
             .group(by)
             .iter()
@@ -135,13 +138,22 @@ impl Side {
                 add_tally(&mut phase_tallies[phase as usize], s.count, s.total);
             }
         }
-        Self {
+        Side {
             reports: vec![report],
             groups,
             tallies,
             phases,
             phase_tallies,
         }
+    }
+}
+
+impl Side {
+    /// One recording in memory. `ctx.groupings` must start with `by`.
+    pub fn build(trace: &Trace, ctx: &Context<'_>, by: GroupBy) -> Self {
+        let mut side = SideBuilder::default();
+        let report = Report::build_each(trace, ctx, |added| side.add(added));
+        side.finish(report, by)
     }
 
     /// Several recordings of one side as one: their values kept apart per recording.

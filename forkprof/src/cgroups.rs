@@ -17,7 +17,12 @@ const RESCAN_EVERY: Duration = Duration::from_millis(20);
 pub struct CgroupNames {
     /// The cgroup2 mount point, if the machine has one.
     root: Option<PathBuf>,
+    /// The hierarchy at the last walk, and at the one before: a cgroup removed since is
+    /// still named until the next walk, for the records of its last processes, and then
+    /// forgotten, so that a `monitor` on a host that keeps making cgroups (a CI runner's
+    /// job each, a cron job's scope each) holds the hierarchy of now, not of all time.
     names: HashMap<u64, Vec<u8>>,
+    previous: HashMap<u64, Vec<u8>>,
     scanned: Option<Instant>,
     /// Ids asked for and not found yet.
     pending: Vec<u64>,
@@ -64,11 +69,19 @@ fn walk(root: &Path, names: &mut HashMap<u64, Vec<u8>>) {
 impl CgroupNames {
     /// The names of this machine's cgroup2 hierarchy as it is now.
     pub fn new() -> Self {
-        let root = std::fs::read_to_string("/proc/self/mountinfo")
+        match std::fs::read_to_string("/proc/self/mountinfo")
             .ok()
-            .and_then(|m| cgroup2_mount(&m));
+            .and_then(|m| cgroup2_mount(&m))
+        {
+            Some(root) => Self::under(root),
+            None => Self::default(),
+        }
+    }
+
+    /// The names of the hierarchy under `root` (a cgroup2 mount, or any directory in tests).
+    fn under(root: PathBuf) -> Self {
         let mut names = Self {
-            root,
+            root: Some(root),
             ..Self::default()
         };
         names.rescan();
@@ -77,9 +90,18 @@ impl CgroupNames {
 
     fn rescan(&mut self) {
         if let Some(root) = &self.root {
+            self.previous = std::mem::take(&mut self.names);
             walk(root, &mut self.names);
         }
         self.scanned = Some(Instant::now());
+    }
+
+    /// The path of `id` at the last walk or the one before.
+    fn named(&self, id: u64) -> Option<&[u8]> {
+        self.names
+            .get(&id)
+            .or_else(|| self.previous.get(&id))
+            .map(Vec::as_slice)
     }
 
     /// The path of cgroup `id`; a miss walks the hierarchy again unless it was walked
@@ -88,7 +110,7 @@ impl CgroupNames {
         if id == 0 || self.root.is_none() {
             return None;
         }
-        if !self.names.contains_key(&id) {
+        if self.named(id).is_none() {
             let recent = self.scanned.is_some_and(|t| t.elapsed() < RESCAN_EVERY);
             if recent {
                 if !self.pending.contains(&id) {
@@ -98,7 +120,7 @@ impl CgroupNames {
             }
             self.rescan();
         }
-        self.names.get(&id).map(Vec::as_slice)
+        self.named(id)
     }
 
     /// The pending ids that have a name now (one more walk if any are pending).
@@ -110,7 +132,7 @@ impl CgroupNames {
         let pending = std::mem::take(&mut self.pending);
         pending
             .into_iter()
-            .filter_map(|id| self.names.get(&id).map(|p| (id, p.clone())))
+            .filter_map(|id| self.named(id).map(|p| (id, p.to_vec())))
             .collect()
     }
 }
@@ -365,6 +387,49 @@ impl PopulatedWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory's inode number: its cgroup id on a cgroup2 mount.
+    fn ino(path: &Path) -> u64 {
+        std::fs::metadata(path).unwrap().ino()
+    }
+
+    #[test]
+    fn a_removed_cgroup_is_named_until_the_walk_after_next_then_forgotten() {
+        let dir = std::env::temp_dir().join(format!("forkprof-names-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (root, gone) = (dir.join("root"), dir.join("gone"));
+        std::fs::create_dir_all(root.join("job-1.scope")).unwrap();
+        std::fs::create_dir_all(&gone).unwrap();
+        // A cgroup's id is never reused; a test directory's inode can be, once freed: a
+        // job's directory that ends is moved out of the hierarchy, not removed.
+        let end = |job: u32| {
+            let name = format!("job-{job}.scope");
+            std::fs::rename(root.join(&name), gone.join(&name)).unwrap();
+        };
+        let mut names = CgroupNames::under(root.clone());
+        let first = ino(&root.join("job-1.scope"));
+        assert_eq!(names.get(first), Some(&b"/job-1.scope"[..]));
+        // The job ends and the next one starts: a miss walks again, and the removed
+        // cgroup is still named once more, for its last records.
+        end(1);
+        std::fs::create_dir(root.join("job-2.scope")).unwrap();
+        let second = ino(&root.join("job-2.scope"));
+        names.scanned = None;
+        assert_eq!(names.get(second), Some(&b"/job-2.scope"[..]));
+        assert_eq!(names.get(first), Some(&b"/job-1.scope"[..]));
+        // At the walk after that it is gone: a thousand jobs leave no more names than two.
+        for job in 3..1003 {
+            end(job - 1);
+            std::fs::create_dir(root.join(format!("job-{job}.scope"))).unwrap();
+            let id = ino(&root.join(format!("job-{job}.scope")));
+            names.scanned = None;
+            assert_eq!(names.get(id), Some(format!("/job-{job}.scope").as_bytes()));
+        }
+        assert!(names.names.len() + names.previous.len() <= 4, "{names:?}");
+        assert_eq!(names.get(first), None);
+        assert_eq!(names.get(ino(&root)), Some(&b"/"[..]));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn lists_the_processes_of_a_cgroup_and_those_below_it() {

@@ -131,6 +131,7 @@ impl Live {
         });
         let done = gone.iter().map(|p| self.finish(p, is_static)).collect();
         drop(gone);
+        self.trace.forget_unused_cgroups();
         self.trace.forget_unused_paths();
         done
     }
@@ -380,6 +381,67 @@ mod tests {
                     b"/system.slice/a.service".to_vec()
                 ),
             ]
+        );
+    }
+
+    /// A `monitor` on a host that makes a cgroup per job keeps the names of the cgroups its
+    /// running processes are in, not of every job it has seen; a job's processes keep their
+    /// cgroup's name when they finish, and a cgroup forgotten is named again when its id
+    /// comes back.
+    #[test]
+    fn names_of_cgroups_no_running_process_is_in_are_forgotten() {
+        use super::super::trace::CGROUPS_BEFORE_PRUNING;
+        let mut live = Live::default();
+        let root = key(1, 0);
+        // A long-running process in cgroup 7.
+        let daemon = key(2, 1_000);
+        live.cgroup(7, b"/system.slice/daemon.service");
+        let mut spawned = spawn(root, daemon, 56, SIGCHLD);
+        if let Record::Spawn(s) = &mut spawned {
+            s.cgroup_id = 7;
+        }
+        live.ingest(spawned);
+        let jobs = 4 * CGROUPS_BEFORE_PRUNING as u32;
+        let mut labels = Vec::new();
+        for job in 0..jobs {
+            let id = 1000 + u64::from(job);
+            live.cgroup(id, format!("/ci/job-{job}.scope").as_bytes());
+            let k = key(100 + job, 2_000 + u64::from(job));
+            let mut s = spawn(root, k, 56, SIGCHLD);
+            if let Record::Spawn(s) = &mut s {
+                s.cgroup_id = id;
+            }
+            live.ingest(s);
+            live.ingest(exit(k, 0));
+            labels.extend(
+                live.sweep(GRACE_NS, &|_| false)
+                    .into_iter()
+                    .map(|f| f.cgroup),
+            );
+        }
+        assert_eq!(labels.len(), jobs as usize);
+        for (job, label) in labels.iter().enumerate() {
+            assert_eq!(label.as_ref(), format!("/ci/job-{job}.scope").as_bytes());
+        }
+        assert!(
+            live.knows_cgroup(7),
+            "the running process's cgroup keeps its name"
+        );
+        let named = (0..jobs)
+            .filter(|job| live.knows_cgroup(1000 + u64::from(*job)))
+            .count();
+        assert!(
+            named < CGROUPS_BEFORE_PRUNING,
+            "{named} of {jobs} job cgroups still named"
+        );
+        assert!(
+            !live.knows_cgroup(1000),
+            "the first job's cgroup was forgotten"
+        );
+        live.cgroup(1000, b"/ci/job-0.scope");
+        assert!(
+            live.knows_cgroup(1000),
+            "named again when its id comes back"
         );
     }
 

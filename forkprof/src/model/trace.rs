@@ -51,6 +51,10 @@ impl LostCounts {
 /// them.
 pub const PATHS_BEFORE_PRUNING: usize = 1024;
 
+/// The cgroup names a live session keeps before `Trace::forget_unused_cgroups` first prunes
+/// them.
+pub const CGROUPS_BEFORE_PRUNING: usize = 256;
+
 /// Bytes shared by every process that names them (paths repeat across processes).
 pub type Shared = Arc<[u8]>;
 
@@ -216,6 +220,15 @@ impl Process {
             .unwrap_or(0)
     }
 
+    /// Every cgroup v2 id its records carry (0 where one was not known).
+    pub fn cgroup_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.execs
+            .iter()
+            .map(|e| e.cgroup_id)
+            .chain(self.spawn.map(|s| s.cgroup_id))
+            .chain(self.exit.map(|x| x.cgroup_id))
+    }
+
     /// The path of its last successful exec: the binary a process counts as, when it exec'd.
     pub fn last_exec_path(&self) -> Option<&Shared> {
         self.execs
@@ -333,6 +346,8 @@ pub struct Trace {
     pub mounts: Vec<Mount>,
     /// Cgroup v2 ids -> paths under the cgroup2 mount ("/system.slice/x.service").
     cgroups: HashMap<u64, Shared>,
+    /// Cgroup names left by the last `forget_unused_cgroups`.
+    cgroups_kept: usize,
 }
 
 impl Default for Trace {
@@ -355,6 +370,7 @@ impl Default for Trace {
             found: HashMap::new(),
             mounts: Vec::new(),
             cgroups: HashMap::new(),
+            cgroups_kept: 0,
         }
     }
 }
@@ -404,6 +420,30 @@ impl Trace {
         }
         self.paths.retain(|s| Arc::strong_count(s) > 1);
         self.paths_kept = self.paths.len();
+    }
+
+    /// Forgets the names of the cgroups that no process held here names, so that a live
+    /// session on a host that keeps making cgroups (a CI runner's job each) does not keep
+    /// every name it ever saw. The live views evict finished processes with their cgroup's
+    /// name resolved (`Finished::cgroup`); a later record of a cgroup forgotten here is
+    /// named again when it comes. Amortized as `forget_unused_paths` (run it before that
+    /// one, which then frees the paths).
+    pub fn forget_unused_cgroups(&mut self) {
+        if self.cgroups.len()
+            < self
+                .cgroups_kept
+                .saturating_mul(2)
+                .max(CGROUPS_BEFORE_PRUNING)
+        {
+            return;
+        }
+        let used: FxHashSet<u64> = self
+            .processes
+            .iter()
+            .flat_map(Process::cgroup_ids)
+            .collect();
+        self.cgroups.retain(|id, _| used.contains(id));
+        self.cgroups_kept = self.cgroups.len();
     }
 
     /// Interned paths (`intern`): a count, for tests of `forget_unused_paths`.

@@ -41,11 +41,7 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
     let mut builder = ReportBuilder::new(&ctx);
     let mut side = SideBuilder::default();
     let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item {
-            process: p,
-            binaries: bins,
-            ancestry: &origin.ancestry,
-        };
+        let item = Item::of(p, bins, origin);
         if let Some(added) = builder.add(trace, item) {
             side.add(&added);
         }

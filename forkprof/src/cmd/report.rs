@@ -162,11 +162,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
     };
     let mut builder = ReportBuilder::new(&ctx);
     let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item {
-            process: p,
-            binaries: bins,
-            ancestry: &origin.ancestry,
-        };
+        let item = Item::of(p, bins, origin);
         let Some(added) = builder.add(trace, item) else {
             return Ok(());
         };

@@ -8,7 +8,7 @@ use super::hints::Hint;
 use super::mounts::{Mount, mount_of};
 use super::phases::{Phase, PhaseMap, atime_updates};
 use super::stats::{Accumulator, Summary};
-use super::trace::{Binaries, ExitStatus, LostCounts, Names, Shared, file_name};
+use super::trace::{Binaries, ExitStatus, LostCounts, Names, Origin, Shared, file_name};
 use super::{Method, PHASES, Phases, Process, Trace};
 
 pub const REPORT_JSON_VERSION: u32 = 1;
@@ -563,6 +563,17 @@ pub struct Item<'p> {
     pub ancestry: &'p Shared,
 }
 
+impl<'p> Item<'p> {
+    /// A process handed on by a stream (`model::assemble::Sink`), or of a whole trace.
+    pub fn of(process: &'p Process, binaries: &'p Binaries, origin: &'p Origin) -> Self {
+        Self {
+            process,
+            binaries,
+            ancestry: &origin.ancestry,
+        }
+    }
+}
+
 impl<'c, 'a> ReportBuilder<'c, 'a> {
     pub fn new(ctx: &'c Context<'a>) -> Self {
         let groupings = groupings_built(&ctx.groupings);
@@ -853,11 +864,7 @@ impl Report {
                 at_spawn: origin.at_spawn.clone(),
                 last: trace.last_binary(p, origin, &mut names),
             };
-            let item = Item {
-                process: p,
-                binaries: &binaries,
-                ancestry: &origin.ancestry,
-            };
+            let item = Item::of(p, &binaries, origin);
             if let Some(added) = builder.add(trace, item) {
                 each(&added);
                 rows.extend(added.row);

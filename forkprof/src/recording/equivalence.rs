@@ -299,6 +299,14 @@ fn context<'a>(
     }
 }
 
+/// A new empty directory of this test process's own, named after `tag`.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The report with its per-process rows sorted, as JSON.
 fn json(mut report: Report) -> serde_json::Value {
     if let Some(rows) = report.processes.as_mut() {
@@ -312,9 +320,7 @@ fn json(mut report: Report) -> serde_json::Value {
 
 #[test]
 fn the_streaming_report_equals_the_report_in_memory() {
-    let dir = std::env::temp_dir().join(format!("forkprof-equivalence-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("forkprof-equivalence");
     let path = dir.join("sim.db");
     // About 100,000 processes (some pids go to threads).
     simulate(&path, 112_000);
@@ -355,11 +361,7 @@ fn the_streaming_report_equals_the_report_in_memory() {
         let mut builder = ReportBuilder::new(&ctx);
         let mut rows = Vec::new();
         let mut sink = |trace: &Trace, p: &Process, b: &Binaries, o: &Origin| {
-            let item = Item {
-                process: p,
-                binaries: b,
-                ancestry: &o.ancestry,
-            };
+            let item = Item::of(p, b, o);
             if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
                 rows.push(row);
             }
@@ -392,9 +394,7 @@ fn the_streaming_report_equals_the_report_in_memory() {
 #[test]
 fn the_streamed_diff_side_equals_the_side_in_memory() {
     use crate::model::diff::{Side, SideBuilder, compare};
-    let dir = std::env::temp_dir().join(format!("forkprof-diff-side-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("forkprof-diff-side");
     let path = dir.join("sim.db");
     // Small: each diff bootstraps every group and phase (1,000 resamples of each value).
     simulate(&path, 2_000);
@@ -423,11 +423,7 @@ fn the_streamed_diff_side_equals_the_side_in_memory() {
             let mut builder = ReportBuilder::new(&ctx);
             let mut side = SideBuilder::default();
             let mut sink = |trace: &Trace, p: &Process, b: &Binaries, o: &Origin| {
-                let item = Item {
-                    process: p,
-                    binaries: b,
-                    ancestry: &o.ancestry,
-                };
+                let item = Item::of(p, b, o);
                 side.add(&builder.add(trace, item).expect("no filter"));
                 Ok(())
             };
@@ -472,9 +468,7 @@ fn rows(path: &Path, table: &str, order: &str) -> Vec<Vec<rusqlite::types::Value
 /// `run -o` writes from the whole trace in memory.
 #[test]
 fn the_tables_derived_from_the_file_equal_those_of_the_trace_in_memory() {
-    let dir = std::env::temp_dir().join(format!("forkprof-derived-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("forkprof-derived");
     let from_file = dir.join("from-file.db");
     let n = simulated(&from_file, 30_000)
         .finish_from_file(&Default::default(), Vec::new())

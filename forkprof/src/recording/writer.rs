@@ -304,11 +304,7 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path) -> Result<u64> {
     let mut inserts = DerivedInserts::new(tx)?;
     let mut n = 0u64;
     let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item {
-            process: p,
-            binaries: bins,
-            ancestry: &origin.ancestry,
-        };
+        let item = Item::of(p, bins, origin);
         if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
             inserts.insert(&ProcessOut::of(&row))?;
             n += 1;

@@ -9,6 +9,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How long a cgroup removed from the hierarchy is still named (`CgroupNames::removed`):
+/// far longer than a record takes to reach the agent.
+const REMOVED_KEPT: Duration = Duration::from_secs(10);
+
 /// Walks of the hierarchy are at most this frequent (a storm of ids from one new cgroup
 /// costs one walk).
 const RESCAN_EVERY: Duration = Duration::from_millis(20);
@@ -17,12 +21,14 @@ const RESCAN_EVERY: Duration = Duration::from_millis(20);
 pub struct CgroupNames {
     /// The cgroup2 mount point, if the machine has one.
     root: Option<PathBuf>,
-    /// The hierarchy at the last walk, and at the one before: a cgroup removed since is
-    /// still named until the next walk, for the records of its last processes, and then
-    /// forgotten, so that a `monitor` on a host that keeps making cgroups (a CI runner's
-    /// job each, a cron job's scope each) holds the hierarchy of now, not of all time.
+    /// The hierarchy at the last walk.
     names: HashMap<u64, Vec<u8>>,
-    previous: HashMap<u64, Vec<u8>>,
+    /// Cgroups a walk found gone, with when: still named for `removed_kept`, for the
+    /// records of their last processes that come after, then forgotten, so that a `monitor`
+    /// on a host that keeps making cgroups (a CI runner's job each, a cron job's scope
+    /// each) holds the hierarchy of now, not of all time.
+    removed: HashMap<u64, (Vec<u8>, Instant)>,
+    removed_kept: Duration,
     scanned: Option<Instant>,
     /// Ids asked for and not found yet.
     pending: Vec<u64>,
@@ -82,6 +88,7 @@ impl CgroupNames {
     fn under(root: PathBuf) -> Self {
         let mut names = Self {
             root: Some(root),
+            removed_kept: REMOVED_KEPT,
             ..Self::default()
         };
         names.rescan();
@@ -89,18 +96,27 @@ impl CgroupNames {
     }
 
     fn rescan(&mut self) {
+        let now = Instant::now();
         if let Some(root) = &self.root {
-            self.previous = std::mem::take(&mut self.names);
+            let before = std::mem::take(&mut self.names);
             walk(root, &mut self.names);
+            let (names, kept) = (&self.names, self.removed_kept);
+            self.removed
+                .retain(|id, (_, at)| now.duration_since(*at) < kept && !names.contains_key(id));
+            for (id, path) in before {
+                if !self.names.contains_key(&id) {
+                    self.removed.entry(id).or_insert((path, now));
+                }
+            }
         }
-        self.scanned = Some(Instant::now());
+        self.scanned = Some(now);
     }
 
-    /// The path of `id` at the last walk or the one before.
+    /// The path of `id` at the last walk, or before it if it was removed lately.
     fn named(&self, id: u64) -> Option<&[u8]> {
         self.names
             .get(&id)
-            .or_else(|| self.previous.get(&id))
+            .or_else(|| self.removed.get(&id).map(|(path, _)| path))
             .map(Vec::as_slice)
     }
 
@@ -394,7 +410,7 @@ mod tests {
     }
 
     #[test]
-    fn a_removed_cgroup_is_named_until_the_walk_after_next_then_forgotten() {
+    fn a_removed_cgroup_is_named_a_while_then_forgotten() {
         let dir = std::env::temp_dir().join(format!("forkprof-names-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let (root, gone) = (dir.join("root"), dir.join("gone"));
@@ -410,22 +426,27 @@ mod tests {
         let first = ino(&root.join("job-1.scope"));
         assert_eq!(names.get(first), Some(&b"/job-1.scope"[..]));
         // The job ends and the next one starts: a miss walks again, and the removed
-        // cgroup is still named once more, for its last records.
+        // cgroup is still named, for its last records, walk after walk while it is recent.
         end(1);
-        std::fs::create_dir(root.join("job-2.scope")).unwrap();
-        let second = ino(&root.join("job-2.scope"));
-        names.scanned = None;
-        assert_eq!(names.get(second), Some(&b"/job-2.scope"[..]));
-        assert_eq!(names.get(first), Some(&b"/job-1.scope"[..]));
-        // At the walk after that it is gone: a thousand jobs leave no more names than two.
-        for job in 3..1003 {
+        for job in 2..5 {
+            std::fs::create_dir(root.join(format!("job-{job}.scope"))).unwrap();
+            let id = ino(&root.join(format!("job-{job}.scope")));
+            names.scanned = None;
+            assert_eq!(names.get(id), Some(format!("/job-{job}.scope").as_bytes()));
+            assert_eq!(names.get(first), Some(&b"/job-1.scope"[..]));
+        }
+        // Once it is no longer recent it is forgotten: a thousand jobs leave no more names
+        // than the hierarchy of now holds.
+        names.removed_kept = Duration::ZERO;
+        for job in 5..1005 {
             end(job - 1);
             std::fs::create_dir(root.join(format!("job-{job}.scope"))).unwrap();
             let id = ino(&root.join(format!("job-{job}.scope")));
             names.scanned = None;
             assert_eq!(names.get(id), Some(format!("/job-{job}.scope").as_bytes()));
         }
-        assert!(names.names.len() + names.previous.len() <= 4, "{names:?}");
+        assert!(names.names.len() + names.removed.len() <= 6, "{names:?}");
+        names.scanned = None;
         assert_eq!(names.get(first), None);
         assert_eq!(names.get(ino(&root)), Some(&b"/"[..]));
         let _ = std::fs::remove_dir_all(&dir);

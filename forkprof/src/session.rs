@@ -661,8 +661,17 @@ impl TraceSession {
     /// processes in them (0 without a recording).
     pub fn finish_from_file(self, meta: Vec<(String, String)>) -> Result<u64> {
         let meta = self.final_meta(meta);
-        match self.writer {
-            Some(w) => w.finish_from_file(&self.trace.lost, meta),
+        let Self {
+            tracer,
+            writer,
+            trace,
+            ..
+        } = self;
+        // Tracing has ended: the programs go before the file is read back, which takes
+        // about as long as a `report` of it.
+        drop(tracer);
+        match writer {
+            Some(w) => w.finish_from_file(&trace.lost, meta),
             None => Ok(0),
         }
     }

@@ -116,7 +116,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     let wall_ns = session.elapsed_ns();
     session.drain()?;
     let lost = session.trace.lost.total();
-    // The processes/phases tables are derived from the file: `record` kept no trace.
+    // The processes/phases tables are derived from the file (`record` kept no trace): as
+    // long as a `report` of it, seconds for a million processes.
+    eprintln!(
+        "forkprof: tracing stopped; deriving the processes and phases tables of {}",
+        args.output.display()
+    );
     let processes = session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())])?;
     eprintln!(
         "forkprof: recorded {processes} processes to {} ({lost} lost events)",

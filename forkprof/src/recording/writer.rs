@@ -347,7 +347,7 @@ fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
 
 fn run(
     mut conn: Connection,
-    path: &Path,
+    (path, file): (&Path, FileId),
     rx: &Receiver<Msg>,
     keep_args: bool,
     commit_every: Duration,
@@ -417,7 +417,7 @@ fn run(
             conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
             return match left {
                 Left::Nothing(n) => Ok(Some(n)),
-                Left::Derive(meta) => derive_tables(&mut conn, path, &meta).map(Some),
+                Left::Derive => derive_tables(&mut conn, path, file).map(Some),
             };
         }
         tx.commit()?;
@@ -430,12 +430,45 @@ fn run(
 enum Left {
     /// Nothing: the derived tables went in with them, this many processes.
     Nothing(u64),
-    /// Derive the tables from the file, then store this final meta with them.
-    Derive(Vec<(String, String)>),
+    /// Derive the tables from the file.
+    Derive,
 }
 
-/// Commits the last records: with the derived tables and the final meta when they came as
-/// rows; else (`Derived::FromFile`) alone, so that the file read back holds every record.
+/// The derived tables could not be made from the file: every record and the final meta are
+/// in it, and `report` reads it.
+#[derive(Debug)]
+struct DeriveFailed(anyhow::Error);
+
+impl std::fmt::Display for DeriveFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "deriving the processes and phases tables: {:#}", self.0)
+    }
+}
+
+impl std::error::Error for DeriveFailed {}
+
+/// The file a writer created, as `stat` names it: the derivation reads the file at its path
+/// again, and only if it is still this one (not moved away or replaced while recording).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata(path)?;
+        Ok(Self {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+}
+
+/// Commits the last records and the final meta: with the derived tables when they came as
+/// rows; else (`Derived::FromFile`) without, so that the file read back holds every record,
+/// and a derivation that fails or is killed leaves the recording finished all the same.
 fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Result<Left> {
     let Finish { meta, processes } = f;
     let left = match processes {
@@ -444,28 +477,36 @@ fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Resul
             for row in &rows {
                 inserts.insert(row)?;
             }
-            drop(inserts);
-            set_meta(&tx, &meta)?;
             Left::Nothing(rows.len() as u64)
         }
-        Derived::FromFile => Left::Derive(meta),
+        Derived::FromFile => Left::Derive,
     };
+    set_meta(&tx, &meta)?;
     tx.commit()?;
     progress.pending = 0;
     Ok(left)
 }
 
 /// Derives the processes/phases tables from the file, whose records are all committed and
-/// checkpointed, and stores the final meta with them; returns the processes in them. The
-/// main file changes again only at the next checkpoint, after the derived rows are
-/// committed, so the read-back sees every record and nothing else.
-fn derive_tables(conn: &mut Connection, path: &Path, meta: &[(String, String)]) -> Result<u64> {
-    let tx = conn.transaction()?;
-    let n = derive_from_file(&tx, path).context("deriving the processes and phases tables")?;
-    set_meta(&tx, meta)?;
-    tx.commit()?;
+/// checkpointed; returns the processes in them. The main file changes again only at the
+/// next checkpoint, after the derived rows are committed, so the read-back sees every
+/// record and nothing else.
+fn derive_tables(conn: &mut Connection, path: &Path, file: FileId) -> Result<u64> {
+    let derived = (|| {
+        let now = FileId::of(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        anyhow::ensure!(
+            now == file,
+            "{} is no longer the file being recorded (moved or replaced while recording)",
+            path.display()
+        );
+        let tx = conn.transaction()?;
+        let n = derive_from_file(&tx, path)?;
+        tx.commit()?;
+        anyhow::Ok(n)
+    })()
+    .map_err(|e| anyhow::Error::new(DeriveFailed(e)))?;
     conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
-    Ok(n)
+    Ok(derived)
 }
 
 /// After the writer stopped on an error: counts what it had not committed and every record
@@ -510,7 +551,7 @@ impl Writer {
         // Everything that creates a file is done as the invoking user (`as_user`): the
         // database, and the -wal and -shm files that SQLite creates beside it in the first
         // transaction, on this thread. The writer thread only writes to them.
-        let conn = as_user(owner, || {
+        let (conn, file) = as_user(owner, || {
             // A log left by an earlier recording of the same name would be replayed into
             // this one.
             for suffix in ["-wal", "-shm"] {
@@ -531,18 +572,20 @@ impl Writer {
             all.extend(meta);
             set_meta(&tx, &all)?;
             tx.commit()?;
-            Ok(conn)
+            let file =
+                FileId::of(path).with_context(|| format!("cannot stat {}", path.display()))?;
+            Ok((conn, file))
         })?;
         let (tx, rx) = mpsc::channel();
         let shown = path.display().to_string();
         let dropped = Arc::new(AtomicU64::new(0));
         let counted = dropped.clone();
-        let file = path.to_path_buf();
+        let at = path.to_path_buf();
         let handle = std::thread::Builder::new()
             .name("forkprof-writer".into())
             .spawn(move || {
                 let mut progress = Progress::default();
-                let result = run(conn, &file, &rx, keep_args, commit_every, &mut progress);
+                let result = run(conn, (&at, file), &rx, keep_args, commit_every, &mut progress);
                 if let Err(e) = &result {
                     // Say so at once: the trace goes on, the file keeps what was committed.
                     eprintln!(
@@ -663,16 +706,20 @@ impl Writer {
             .map_err(|_| anyhow::anyhow!("the recording writer panicked"))?;
         // The writer said why when it stopped; this is the conclusion, not the cause again,
         // with what it means: how many records the file lacks.
-        let incomplete = || {
-            let dropped = self.dropped.load(Ordering::SeqCst);
-            let lacks = match dropped {
-                0 => "every record reached it, but not its processes and phases tables \
-                      (`forkprof report` reads it all the same)"
-                    .to_string(),
-                n => format!("{n} records did not reach it"),
+        let incomplete = |e: Option<anyhow::Error>| {
+            if e.as_ref().is_some_and(|e| e.is::<DeriveFailed>()) {
+                return anyhow::anyhow!(
+                    "the recording {} lacks its processes and phases tables (see above); every \
+                     record is in it, and `forkprof report` reads it",
+                    self.shown
+                );
+            }
+            let lacks = match self.dropped.load(Ordering::SeqCst) {
+                0 => "after every record reached it".to_string(),
+                n => format!("and {n} records did not reach it"),
             };
             anyhow::anyhow!(
-                "the recording {} is incomplete: its writing stopped (see above), and {lacks}",
+                "the recording {} is incomplete: its writing stopped (see above), {lacks}",
                 self.shown
             )
         };
@@ -680,7 +727,8 @@ impl Writer {
             Ok(Some(n)) => Ok(n),
             // The channel closed before `Finish` was read: cannot happen while `self.tx`
             // sent it, but never a silent success.
-            Ok(None) | Err(_) => Err(incomplete()),
+            Ok(None) => Err(incomplete(None)),
+            Err(e) => Err(incomplete(Some(e))),
         }
     }
 }
@@ -771,6 +819,56 @@ mod tests {
             seen_between.is_some(),
             "no commit was seen before the backlog was written: the batch waited for the channel to run empty"
         );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_recording_moved_away_keeps_its_records_and_meta_and_says_what_it_lacks() {
+        let (path, w) = fresh("moved");
+        for pid in 1..=3 {
+            w.record(&exit(key(pid, pid as u64), 0));
+        }
+        // Moved while recording: the writer goes on through its open file, and the
+        // derivation, which reads the file at its path, finds another one there.
+        let moved = path.with_file_name("moved.db");
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::write(&path, b"not the recording").unwrap();
+        let meta = vec![("ended_ns".to_string(), "42".to_string())];
+        let err = w
+            .finish_from_file(&LostCounts::default(), meta)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lacks its processes and phases tables"),
+            "{err}"
+        );
+        assert!(err.contains("every record is in it"), "{err}");
+        assert_eq!(exits_in(&moved), 3);
+        let conn = Connection::open(&moved).unwrap();
+        let ended: String = conn
+            .query_row("SELECT value FROM meta WHERE key = 'ended_ns'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(ended, "42", "the final meta went in with the last records");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn the_tables_derived_from_the_file_hold_its_processes() {
+        let (path, w) = fresh("derived");
+        for pid in 1..=3 {
+            w.record(&exit(key(pid, pid as u64), 0));
+        }
+        let n = w
+            .finish_from_file(&LostCounts::default(), Vec::new())
+            .unwrap();
+        assert_eq!(n, 3);
+        let conn = Connection::open(&path).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM processes", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 3);
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

@@ -414,11 +414,14 @@ fn run(
         }
         if let Some(f) = finish {
             let left = commit_last(tx, *f, progress)?;
-            conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
-            return match left {
-                Left::Nothing(n) => Ok(Some(n)),
-                Left::Derive => derive_tables(&mut conn, path, file).map(Some),
+            let derived = match left {
+                Left::Nothing(n) => Ok(n),
+                Left::Derive => derive_tables(&mut conn, path, file),
             };
+            // The log into the file, and truncated: a finished recording is one file, also
+            // when the derivation failed (it holds every record all the same).
+            conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
+            return derived.map(Some);
         }
         tx.commit()?;
         progress.pending = 0;
@@ -487,10 +490,12 @@ fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Resul
     Ok(left)
 }
 
-/// Derives the processes/phases tables from the file, whose records are all committed and
-/// checkpointed; returns the processes in them. The main file changes again only at the
-/// next checkpoint, after the derived rows are committed, so the read-back sees every
-/// record and nothing else.
+/// Derives the processes/phases tables from the file, whose records are all committed;
+/// returns the processes in them. No checkpoint comes first: the log holds the last
+/// batches, so the read-back (and any other reader meanwhile) reads the file through it, a
+/// snapshot of every record and nothing else, while the derived rows go into the log after
+/// them. (A checkpoint that emptied the log first would have the read-back, and another
+/// reader, open the file as immutable, which the next checkpoint then changes under them.)
 fn derive_tables(conn: &mut Connection, path: &Path, file: FileId) -> Result<u64> {
     let derived = (|| {
         let now = FileId::of(path).with_context(|| format!("cannot stat {}", path.display()))?;
@@ -505,7 +510,6 @@ fn derive_tables(conn: &mut Connection, path: &Path, file: FileId) -> Result<u64
         anyhow::Ok(n)
     })()
     .map_err(|e| anyhow::Error::new(DeriveFailed(e)))?;
-    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
     Ok(derived)
 }
 

@@ -7,10 +7,8 @@ use anyhow::{Context as _, Result};
 use crate::cli::{DiffArgs, Format};
 use crate::cmd::EXIT_BAD_RECORDING;
 use crate::elf::InterpCache;
-use crate::model::diff::{Side, SideBuilder, compare};
-use crate::model::report::{Context, GroupBy, Item, ReportBuilder};
-use crate::model::trace::{Binaries, Origin};
-use crate::model::{Process, Trace};
+use crate::model::diff::{self, Side, SideBuilder, compare};
+use crate::model::report::{Context, GroupBy};
 use crate::output;
 use crate::privilege::{InvokingUser, create_private_file};
 use crate::recording::Recording;
@@ -22,35 +20,21 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
     let recording = Recording::open(path).map_err(|e| e.to_string())?;
     let start = recording.stream_start(false).map_err(|e| e.to_string())?;
     let version = recording.meta.get("schema_version").cloned();
-    // The hints look at binaries and parents: both are grouped, whatever `--by` is (first:
-    // the side samples the report's first grouping).
-    let mut groupings = vec![by];
-    for g in [GroupBy::Binary, GroupBy::Parent] {
-        if !groupings.contains(&g) {
-            groupings.push(g);
-        }
-    }
     let loaders = InterpCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
     let ctx = Context {
-        groupings,
+        groupings: diff::groupings(by),
         processes: false,
         folded,
         ..Context::for_run(&is_static)
     };
-    let mut builder = ReportBuilder::new(&ctx);
     let mut side = SideBuilder::default();
-    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item::of(p, bins, origin);
-        if let Some(added) = builder.add(trace, item) {
+    let report = recording
+        .report(&ctx, start, false, &mut |_, _, _, added| {
             side.add(&added);
-        }
-        Ok(())
-    };
-    let trace = recording
-        .processes(start, false, &mut sink)
+            Ok(())
+        })
         .map_err(|e| format!("{e:#}"))?;
-    let report = builder.finish(&trace, None);
     Ok((side.finish(report, by), version))
 }
 

@@ -8,8 +8,8 @@ use crate::cmd::{bad_recording_or, open_recording};
 use crate::elf::InterpCache;
 use crate::model::phases::Phase;
 use crate::model::processes::ProcessView;
-use crate::model::report::{Context, Filter, GroupBy, Item, ReportBuilder};
-use crate::model::trace::{Binaries, Origin};
+use crate::model::report::{Added, Context, Filter, GroupBy};
+use crate::model::trace::Binaries;
 use crate::model::{Process, Trace};
 use crate::output;
 use crate::output::perfetto::Timeline;
@@ -160,12 +160,7 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         true => Some(output::json::RowSpool::new()?),
         false => None,
     };
-    let mut builder = ReportBuilder::new(&ctx);
-    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item::of(p, bins, origin);
-        let Some(added) = builder.add(trace, item) else {
-            return Ok(());
-        };
+    let mut each = |trace: &Trace, p: &Process, bins: &Binaries, added: Added| {
         if let (Some(t), Some(path)) = (timeline.as_mut(), &args.perfetto) {
             t.process(p, &bins.last, trace.last_ns)
                 .with_context(|| format!("cannot write {}", path.display()))?;
@@ -186,8 +181,8 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         }
         Ok(())
     };
-    let trace = match recording.processes(start, json_processes, &mut sink) {
-        Ok(t) => t,
+    let mut report = match recording.report(&ctx, start, json_processes, &mut each) {
+        Ok(r) => r,
         Err(e) => return bad_recording_or(e),
     };
     if let (Some(t), Some(path)) = (timeline, &args.perfetto) {
@@ -195,7 +190,6 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
             .and_then(|()| Ok(timeline_file.as_mut().map(|f| f.flush()).transpose()?))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let mut report = builder.finish(&trace, None);
     if report.summary.processes == 0
         && let Some(selection) = selection(&args)
     {

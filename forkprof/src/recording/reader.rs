@@ -14,9 +14,10 @@ use rusqlite::{Connection, OpenFlags, types::ValueRef};
 
 use super::{RECORDING_SCHEMA, ld_outcome_code};
 use crate::decode::Record;
-use crate::model::Trace;
 use crate::model::assemble::{Assembler, Sink};
-use crate::model::trace::Found;
+use crate::model::report::{Added, Context, Item, ReportBuilder};
+use crate::model::trace::{Binaries, Found, Origin};
+use crate::model::{Process, Report, Trace};
 
 #[derive(Debug)]
 pub struct RecordingError {
@@ -269,6 +270,27 @@ impl Recording {
         let mut assembler = Assembler::new(start);
         self.stream_on_a_thread(keep_args, &mut |r| assembler.ingest(r, sink))?;
         assembler.finish(sink)
+    }
+
+    /// The report of `ctx` over every process of the recording, read one at a time as
+    /// `processes` reads them, starting from `start`. `each` gets what the report made of
+    /// each process it kept, with the process, its binaries and the trace beside it.
+    pub fn report(
+        &self,
+        ctx: &Context<'_>,
+        start: Trace,
+        keep_args: bool,
+        each: &mut dyn FnMut(&Trace, &Process, &Binaries, Added) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Report> {
+        let mut builder = ReportBuilder::new(ctx);
+        let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| match builder
+            .add(trace, Item::of(p, bins, origin))
+        {
+            Some(added) => each(trace, p, bins, added),
+            None => Ok(()),
+        };
+        let trace = self.processes(start, keep_args, &mut sink)?;
+        Ok(builder.finish(&trace, None))
     }
 
     /// The tables' records, merged by timestamp, read on a thread of its own (with its own

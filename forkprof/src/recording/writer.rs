@@ -15,9 +15,9 @@ use super::Recording;
 use super::{RECORDING_SCHEMA, SCHEMA, ld_outcome_name};
 use crate::decode::{Record, c_bytes};
 use crate::elf::InterpCache;
-use crate::model::report::{Context, Item, ProcessRow, Report, ReportBuilder};
-use crate::model::trace::{Binaries, ExitStatus, Found, LostCounts, Origin};
-use crate::model::{Method, Process, Trace};
+use crate::model::Method;
+use crate::model::report::{Context, ProcessRow, Report};
+use crate::model::trace::{ExitStatus, Found, LostCounts};
 use crate::privilege::{InvokingUser, as_user, open_private_file};
 
 pub const COMMIT_EVERY: Duration = Duration::from_millis(250);
@@ -299,19 +299,20 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path) -> Result<u64> {
     let start = recording.stream_start(false)?;
     let loaders = InterpCache::default();
     let is_static = |p: &[u8]| loaders.is_static(p);
-    let ctx = Context::for_run(&is_static);
-    let mut builder = ReportBuilder::new(&ctx);
     let mut inserts = DerivedInserts::new(tx)?;
     let mut n = 0u64;
-    let mut sink = |trace: &Trace, p: &Process, bins: &Binaries, origin: &Origin| {
-        let item = Item::of(p, bins, origin);
-        if let Some(row) = builder.add(trace, item).and_then(|a| a.row) {
-            inserts.insert(&ProcessOut::of(&row))?;
-            n += 1;
-        }
-        Ok(())
-    };
-    recording.processes(start, false, &mut sink)?;
+    recording.report(
+        &Context::for_run(&is_static),
+        start,
+        false,
+        &mut |_, _, _, added| {
+            if let Some(row) = added.row {
+                inserts.insert(&ProcessOut::of(&row))?;
+                n += 1;
+            }
+            Ok(())
+        },
+    )?;
     Ok(n)
 }
 
@@ -757,6 +758,13 @@ mod tests {
         (path, writer)
     }
 
+    /// Sends the exit records of processes `pids` (each created at its pid's ns).
+    fn record_exits(w: &Writer, pids: std::ops::RangeInclusive<u32>) {
+        for pid in pids {
+            w.record(&exit(key(pid, u64::from(pid)), 0));
+        }
+    }
+
     fn exits_in(path: &Path) -> i64 {
         let conn = Connection::open(path).unwrap();
         conn.query_row("SELECT count(*) FROM exits", [], |r| r.get(0))
@@ -766,9 +774,7 @@ mod tests {
     #[test]
     fn dropped_commits_what_came_before_and_counts_nothing_when_all_is_stored() {
         let (path, w) = fresh("ok");
-        for pid in 1..=3 {
-            w.record(&exit(key(pid, pid as u64), 0));
-        }
+        record_exits(&w, 1..=3);
         assert_eq!(w.dropped(), 0);
         assert_eq!(exits_in(&path), 3, "committed before dropped() answered");
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
@@ -801,9 +807,7 @@ mod tests {
         // more): the channel does not run empty for 20 ms or longer, so only the batch's
         // clock can end a transaction meanwhile.
         const N: u32 = 20_000;
-        for pid in 1..=N {
-            w.record(&exit(key(pid, u64::from(pid)), 0));
-        }
+        record_exits(&w, 1..=N);
         w.flush();
         let mut seen_between = None;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -829,9 +833,7 @@ mod tests {
     #[test]
     fn a_recording_moved_away_keeps_its_records_and_meta_and_says_what_it_lacks() {
         let (path, w) = fresh("moved");
-        for pid in 1..=3 {
-            w.record(&exit(key(pid, pid as u64), 0));
-        }
+        record_exits(&w, 1..=3);
         // Moved while recording: the writer goes on through its open file, and the
         // derivation, which reads the file at its path, finds another one there.
         let moved = path.with_file_name("moved.db");
@@ -861,9 +863,7 @@ mod tests {
     #[test]
     fn the_tables_derived_from_the_file_hold_its_processes() {
         let (path, w) = fresh("derived");
-        for pid in 1..=3 {
-            w.record(&exit(key(pid, pid as u64), 0));
-        }
+        record_exits(&w, 1..=3);
         let n = w
             .finish_from_file(&LostCounts::default(), Vec::new())
             .unwrap();
@@ -883,12 +883,10 @@ mod tests {
         // and the recording stops there.
         let blocker = Connection::open(&path).unwrap();
         blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
-        for pid in 1..=3 {
-            w.record(&exit(key(pid, pid as u64), 0));
-        }
+        record_exits(&w, 1..=3);
         assert_eq!(w.dropped(), 3);
         drop(blocker);
-        w.record(&exit(key(4, 4), 0));
+        record_exits(&w, 4..=4);
         assert_eq!(w.dropped(), 4, "a stopped recording stays stopped");
         assert_eq!(exits_in(&path), 0);
         let _ = std::fs::remove_dir_all(path.parent().unwrap());

@@ -69,11 +69,22 @@ pub struct Side {
     phase_tallies: Vec<Option<Tally>>,
 }
 
+/// The groupings of a side's report: `by` first (the side samples the report's first
+/// grouping), then binary and parent, which the hints look at, whatever `by` is.
+pub fn groupings(by: GroupBy) -> Vec<GroupBy> {
+    let mut all = vec![by];
+    for g in [GroupBy::Binary, GroupBy::Parent] {
+        if !all.contains(&g) {
+            all.push(g);
+        }
+    }
+    all
+}
+
 /// One recording's side, sampled one process at a time: `add` what the report made of each
 /// process (`ReportBuilder::add`, or `Report::build_each`), then `finish` with the report.
 /// Memory grows with the groups (and at most `BOOTSTRAP_MAX` values each), not with the
 /// processes, so a recording of any size is compared as it is read.
-#[derive(Default)]
 pub struct SideBuilder {
     /// Group key -> spawn_cost of each of its processes.
     groups: HashMap<Shared, Sample>,
@@ -81,12 +92,18 @@ pub struct SideBuilder {
     phases: Vec<Sample>,
 }
 
+impl Default for SideBuilder {
+    fn default() -> Self {
+        Self {
+            groups: HashMap::new(),
+            phases: vec![Sample::default(); PHASES.len()],
+        }
+    }
+}
+
 impl SideBuilder {
     /// Adds one process; the report's first grouping must be the diff's `by`.
     pub fn add(&mut self, added: &Added) {
-        if self.phases.is_empty() {
-            self.phases = vec![Sample::default(); PHASES.len()];
-        }
         let ph = &added.phases;
         for phase in PHASES {
             if let Some(v) = ph.get(phase) {
@@ -113,8 +130,6 @@ impl SideBuilder {
             .into_iter()
             .map(|(k, v)| (escape(&k), v))
             .collect();
-        let mut phases = self.phases;
-        phases.resize(PHASES.len(), Sample::default());
         let tallies = report
             .group(by)
             .iter()
@@ -142,7 +157,7 @@ impl SideBuilder {
             reports: vec![report],
             groups,
             tallies,
-            phases,
+            phases: self.phases,
             phase_tallies,
         }
     }

@@ -331,21 +331,23 @@ mod tests {
         assert_eq!(live.in_flight(), 0);
     }
 
+    /// `r` with cgroup id `id` (a dynamic-linker record has none).
+    fn with_cgroup(mut r: Record, id: u64) -> Record {
+        match &mut r {
+            Record::Spawn(s) => s.cgroup_id = id,
+            Record::Exec(e) => e.cgroup_id = id,
+            Record::Exit(x) => x.cgroup_id = id,
+            Record::Ld(_) => {}
+        }
+        r
+    }
+
     /// A finished process carries its cgroup as reports name it: the path of the cgroup it
     /// exec'd in (not the one it was created in), `cgroup ID` for an id never named, and for
     /// one seen only at its exit (it came into a `--cgroup` scope from outside), where it
     /// exited.
     #[test]
     fn finished_processes_carry_their_cgroup() {
-        let with_cgroup = |mut r: Record, id: u64| {
-            match &mut r {
-                Record::Spawn(s) => s.cgroup_id = id,
-                Record::Exec(e) => e.cgroup_id = id,
-                Record::Exit(x) => x.cgroup_id = id,
-                Record::Ld(_) => {}
-            }
-            r
-        };
         let mut live = Live::default();
         live.cgroup(7, b"/system.slice/a.service");
         assert!(live.knows_cgroup(7) && !live.knows_cgroup(9));
@@ -396,22 +398,14 @@ mod tests {
         // A long-running process in cgroup 7.
         let daemon = key(2, 1_000);
         live.cgroup(7, b"/system.slice/daemon.service");
-        let mut spawned = spawn(root, daemon, 56, SIGCHLD);
-        if let Record::Spawn(s) = &mut spawned {
-            s.cgroup_id = 7;
-        }
-        live.ingest(spawned);
+        live.ingest(with_cgroup(spawn(root, daemon, 56, SIGCHLD), 7));
         let jobs = 4 * CGROUPS_BEFORE_PRUNING as u32;
         let mut labels = Vec::new();
         for job in 0..jobs {
             let id = 1000 + u64::from(job);
             live.cgroup(id, format!("/ci/job-{job}.scope").as_bytes());
             let k = key(100 + job, 2_000 + u64::from(job));
-            let mut s = spawn(root, k, 56, SIGCHLD);
-            if let Record::Spawn(s) = &mut s {
-                s.cgroup_id = id;
-            }
-            live.ingest(s);
+            live.ingest(with_cgroup(spawn(root, k, 56, SIGCHLD), id));
             live.ingest(exit(k, 0));
             labels.extend(
                 live.sweep(GRACE_NS, &|_| false)

@@ -299,6 +299,25 @@ fn context<'a>(
     }
 }
 
+const EVERY_GROUPING: [GroupBy; 6] = [
+    GroupBy::Binary,
+    GroupBy::Parent,
+    GroupBy::Ancestry,
+    GroupBy::Method,
+    GroupBy::Cgroup,
+    GroupBy::Unit,
+];
+
+/// A simulated recording of about `n` processes (`simulate`) in a new directory named after
+/// `tag`: the directory and the recording.
+fn simulated_recording(tag: &str, n: u32) -> (std::path::PathBuf, Recording) {
+    let dir = scratch(tag);
+    let path = dir.join("sim.db");
+    simulate(&path, n);
+    let recording = Recording::open(&path).unwrap();
+    (dir, recording)
+}
+
 /// A new empty directory of this test process's own, named after `tag`.
 fn scratch(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
@@ -320,25 +339,15 @@ fn json(mut report: Report) -> serde_json::Value {
 
 #[test]
 fn the_streaming_report_equals_the_report_in_memory() {
-    let dir = scratch("forkprof-equivalence");
-    let path = dir.join("sim.db");
     // About 100,000 processes (some pids go to threads).
-    simulate(&path, 112_000);
-    let recording = Recording::open(&path).unwrap();
+    let (dir, recording) = simulated_recording("forkprof-equivalence", 112_000);
     let wall_ns = recording.meta["wall_ns"].parse().unwrap();
     let whole = recording.load(true).unwrap();
     assert!(whole.processes.len() > 100_000, "{}", whole.processes.len());
     let is_static = |p: &[u8]| p.ends_with(b"tool7");
     let second = 1_000_000_000;
     // Every grouping in one report, then a filtered one.
-    let all = vec![
-        GroupBy::Binary,
-        GroupBy::Parent,
-        GroupBy::Ancestry,
-        GroupBy::Method,
-        GroupBy::Cgroup,
-        GroupBy::Unit,
-    ];
+    let all = EVERY_GROUPING.to_vec();
     let cases = [
         (all, Filter::default()),
         (
@@ -393,43 +402,27 @@ fn the_streaming_report_equals_the_report_in_memory() {
 /// the processes come in.
 #[test]
 fn the_streamed_diff_side_equals_the_side_in_memory() {
-    use crate::model::diff::{Side, SideBuilder, compare};
-    let dir = scratch("forkprof-diff-side");
-    let path = dir.join("sim.db");
+    use crate::model::diff::{self, Side, SideBuilder, compare};
     // Small: each diff bootstraps every group and phase (1,000 resamples of each value).
-    simulate(&path, 2_000);
-    let recording = Recording::open(&path).unwrap();
+    let (dir, recording) = simulated_recording("forkprof-diff-side", 2_000);
     let whole = recording.load(false).unwrap();
     let is_static = |p: &[u8]| p.ends_with(b"tool7");
-    for by in [
-        GroupBy::Binary,
-        GroupBy::Parent,
-        GroupBy::Ancestry,
-        GroupBy::Method,
-        GroupBy::Cgroup,
-        GroupBy::Unit,
-    ] {
-        let mut groupings = vec![by];
-        for g in [GroupBy::Binary, GroupBy::Parent] {
-            if g != by {
-                groupings.push(g);
-            }
-        }
+    for by in EVERY_GROUPING {
         let ctx = Context {
             processes: false,
-            ..context(&is_static, groupings, Filter::default())
+            ..context(&is_static, diff::groupings(by), Filter::default())
         };
+        // As `forkprof diff` reads a recording.
         let streamed = || {
-            let mut builder = ReportBuilder::new(&ctx);
             let mut side = SideBuilder::default();
-            let mut sink = |trace: &Trace, p: &Process, b: &Binaries, o: &Origin| {
-                let item = Item::of(p, b, o);
-                side.add(&builder.add(trace, item).expect("no filter"));
-                Ok(())
-            };
             let start = recording.stream_start(false).unwrap();
-            let trace = recording.processes(start, false, &mut sink).unwrap();
-            side.finish(builder.finish(&trace, None), by)
+            let report = recording
+                .report(&ctx, start, false, &mut |_, _, _, added| {
+                    side.add(&added);
+                    Ok(())
+                })
+                .unwrap();
+            side.finish(report, by)
         };
         let in_memory = || Side::build(&whole, &ctx, by);
         let json = |before: Side, after: Side| {

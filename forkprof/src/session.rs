@@ -1,6 +1,8 @@
 //! Sessions, the API of run, record, top and monitor: start, run until a stop, drain, report.
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -145,6 +147,22 @@ impl StopSignals {
             _ = hangup => Stop::Signal,
             _ = elapsed => Stop::Elapsed,
         }
+    }
+}
+
+impl StopSignals {
+    /// A flag set by any of the same signals from now on: what stops a step that follows
+    /// the stop (`record`'s derived tables) when the user asks again.
+    pub fn again(&self) -> Result<Arc<AtomicBool>> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut signals = vec![SIGINT, SIGTERM];
+        signals.extend(self.hup.as_ref().map(|_| SIGHUP));
+        for s in signals {
+            signal_hook::flag::register(s, Arc::clone(&flag))
+                .with_context(|| format!("a handler for signal {s}"))?;
+        }
+        Ok(flag)
     }
 }
 
@@ -658,8 +676,13 @@ impl TraceSession {
 
     /// Completes the recording with the final meta and the derived tables, which the
     /// writer derives from the file (as for a session that kept no trace); returns the
-    /// processes in them (0 without a recording).
-    pub fn finish_from_file(self, meta: Vec<(String, String)>) -> Result<u64> {
+    /// processes in them (0 without a recording). Once `give_up` is set, the derivation
+    /// stops and the file is left without those tables (an error says so).
+    pub fn finish_from_file(
+        self,
+        meta: Vec<(String, String)>,
+        give_up: Arc<AtomicBool>,
+    ) -> Result<u64> {
         let meta = self.final_meta(meta);
         let Self {
             tracer,
@@ -671,7 +694,7 @@ impl TraceSession {
         // about as long as a `report` of it.
         drop(tracer);
         match writer {
-            Some(w) => w.finish_from_file(&trace.lost, meta),
+            Some(w) => w.finish_from_file(&trace.lost, meta, give_up),
             None => Ok(0),
         }
     }

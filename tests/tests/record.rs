@@ -269,6 +269,83 @@ fn record_system_wide_for_a_duration() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Ctrl-C again while `record` derives its processes and phases tables (a read-back of the
+/// whole file, seconds for a million processes) leaves them out: the recording is finished
+/// without them, with every record in it, and says so (exit 1); `report` reads it whole.
+#[test]
+fn record_stopped_again_while_deriving_keeps_every_record() {
+    needs_root!();
+    // Enough processes that the derivation outlasts the signal's way from the line that
+    // announces it: about 30 µs each to derive, so a quarter of a second or more.
+    const SPAWNS: u32 = 8000;
+    let dir = tempdir();
+    let db = dir.join("again.db");
+    let bin = dir.join("fp-again-probe");
+    std::fs::copy("/bin/true", &bin).unwrap();
+    let mut rec = Command::new(forkprof())
+        .args(["record", "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stderr = rec.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let mut until = |start: &str| loop {
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no line {start:?}: {}", said.join("\n")));
+        let found = line.starts_with(start);
+        said.push(line);
+        if found {
+            break;
+        }
+    };
+    until("forkprof: recording");
+    let spawned = Command::new(workload())
+        .args(["spawn", "vfork", &SPAWNS.to_string()])
+        .arg(&bin)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(spawned.success());
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    until("forkprof: tracing stopped; deriving");
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let status = rec.wait().unwrap();
+    said.extend(lines.iter());
+    let said = said.join("\n");
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("stopped by a second signal")
+            && said.contains("lacks its processes and phases tables"),
+        "{said}"
+    );
+    assert_eq!(sqlite(&db, "SELECT count(*) FROM processes"), "0");
+    assert!(
+        !dir.join("again.db-wal").exists()
+            || std::fs::metadata(dir.join("again.db-wal")).unwrap().len() == 0,
+        "the log went into the file"
+    );
+    let (code, rep, err) = report_json(&db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let row = binary_row(&rep, &bin).expect("probe binary recorded");
+    assert_eq!(row["processes"], SPAWNS);
+    assert_eq!(rep["summary"]["lost_events"], 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `forkprof record --cgroup GROUP -o DB FLAGS` (with `FORKPROF_TEST_NO_FENTRY=1`) of a new
 /// group `name`/spawner of `groups`, into which a shell moves first, so that the recording
 /// arms its hooks before it says it records; the shell then runs `script` once told to.

@@ -117,12 +117,16 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     session.drain()?;
     let lost = session.trace.lost.total();
     // The processes/phases tables are derived from the file (`record` kept no trace): as
-    // long as a `report` of it, seconds for a million processes.
+    // long as a `report` of it, seconds for a million processes. A second Ctrl-C leaves
+    // them out: every record is in the file, and `report` reads it without them.
+    let again = signals.again()?;
     eprintln!(
-        "forkprof: tracing stopped; deriving the processes and phases tables of {}",
+        "forkprof: tracing stopped; deriving the processes and phases tables of {} \
+         (Ctrl-C again leaves them out)",
         args.output.display()
     );
-    let processes = session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())])?;
+    let processes =
+        session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())], again)?;
     eprintln!(
         "forkprof: recorded {processes} processes to {} ({lost} lost events)",
         args.output.display()

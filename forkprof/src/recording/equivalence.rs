@@ -464,7 +464,7 @@ fn the_tables_derived_from_the_file_equal_those_of_the_trace_in_memory() {
     let dir = scratch("forkprof-derived");
     let from_file = dir.join("from-file.db");
     let n = simulated(&from_file, 30_000)
-        .finish_from_file(&Default::default(), Vec::new())
+        .finish_from_file(&Default::default(), Vec::new(), Default::default())
         .unwrap();
     let whole = Recording::open(&from_file).unwrap().load(false).unwrap();
     let loaders = crate::elf::InterpCache::default();

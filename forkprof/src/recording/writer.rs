@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -55,8 +55,9 @@ enum Derived {
     Rows(Vec<ProcessOut>),
     /// The recording itself, read back once its records are committed, one process at a
     /// time as `report` reads it (`record`, which keeps no trace: its memory stays bounded
-    /// however many processes it records).
-    FromFile,
+    /// however many processes it records). The derivation gives up, leaving the file
+    /// without those tables, once the flag is set (`record`: a second Ctrl-C).
+    FromFile(Arc<AtomicBool>),
 }
 
 struct ProcessOut {
@@ -294,7 +295,7 @@ impl<'t> DerivedInserts<'t> {
 /// its committed records one process at a time (`Recording::processes`, as `report` reads
 /// it), into `tx`; returns how many. The report is built as `run`'s is (`Context::for_run`),
 /// so its rows are those `run -o` derives from the trace in memory.
-fn derive_from_file(tx: &Transaction<'_>, path: &Path) -> Result<u64> {
+fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &AtomicBool) -> Result<u64> {
     let recording = Recording::open(path)?;
     let start = recording.stream_start(false)?;
     let loaders = InterpCache::default();
@@ -306,6 +307,10 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path) -> Result<u64> {
         start,
         false,
         &mut |_, _, _, added| {
+            anyhow::ensure!(
+                !give_up.load(Ordering::Relaxed),
+                "stopped by a second signal before it was done"
+            );
             if let Some(row) = added.row {
                 inserts.insert(&ProcessOut::of(&row))?;
                 n += 1;
@@ -417,7 +422,7 @@ fn run(
             let left = commit_last(tx, *f, progress)?;
             let derived = match left {
                 Left::Nothing(n) => Ok(n),
-                Left::Derive => derive_tables(&mut conn, path, file),
+                Left::Derive(give_up) => derive_tables(&mut conn, path, file, &give_up),
             };
             // The log into the file, and truncated: a finished recording is one file, also
             // when the derivation failed (it holds every record all the same).
@@ -434,8 +439,8 @@ fn run(
 enum Left {
     /// Nothing: the derived tables went in with them, this many processes.
     Nothing(u64),
-    /// Derive the tables from the file.
-    Derive,
+    /// Derive the tables from the file, unless the flag is set.
+    Derive(Arc<AtomicBool>),
 }
 
 /// The derived tables could not be made from the file: every record and the final meta are
@@ -483,7 +488,7 @@ fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Resul
             }
             Left::Nothing(rows.len() as u64)
         }
-        Derived::FromFile => Left::Derive,
+        Derived::FromFile(give_up) => Left::Derive(give_up),
     };
     set_meta(&tx, &meta)?;
     tx.commit()?;
@@ -497,7 +502,12 @@ fn commit_last(tx: Transaction<'_>, f: Finish, progress: &mut Progress) -> Resul
 /// snapshot of every record and nothing else, while the derived rows go into the log after
 /// them. (A checkpoint that emptied the log first would have the read-back, and another
 /// reader, open the file as immutable, which the next checkpoint then changes under them.)
-fn derive_tables(conn: &mut Connection, path: &Path, file: FileId) -> Result<u64> {
+fn derive_tables(
+    conn: &mut Connection,
+    path: &Path,
+    file: FileId,
+    give_up: &AtomicBool,
+) -> Result<u64> {
     let derived = (|| {
         let now = FileId::of(path).with_context(|| format!("cannot stat {}", path.display()))?;
         anyhow::ensure!(
@@ -506,7 +516,7 @@ fn derive_tables(conn: &mut Connection, path: &Path, file: FileId) -> Result<u64
             path.display()
         );
         let tx = conn.transaction()?;
-        let n = derive_from_file(&tx, path)?;
+        let n = derive_from_file(&tx, path, give_up)?;
         tx.commit()?;
         anyhow::Ok(n)
     })()
@@ -688,9 +698,15 @@ impl Writer {
 
     /// `finish` for a session that kept no trace (`record`): the writer derives the
     /// processes/phases tables from the file once every record is committed, one process
-    /// at a time. Returns the processes in them.
-    pub fn finish_from_file(self, lost: &LostCounts, meta: Vec<(String, String)>) -> Result<u64> {
-        self.end(lost, meta, Derived::FromFile)
+    /// at a time. Returns the processes in them. Once `give_up` is set the derivation stops,
+    /// and the file is left finished without those tables (an error says so).
+    pub fn finish_from_file(
+        self,
+        lost: &LostCounts,
+        meta: Vec<(String, String)>,
+        give_up: Arc<AtomicBool>,
+    ) -> Result<u64> {
+        self.end(lost, meta, Derived::FromFile(give_up))
     }
 
     fn end(
@@ -841,7 +857,7 @@ mod tests {
         std::fs::write(&path, b"not the recording").unwrap();
         let meta = vec![("ended_ns".to_string(), "42".to_string())];
         let err = w
-            .finish_from_file(&LostCounts::default(), meta)
+            .finish_from_file(&LostCounts::default(), meta, Arc::default())
             .unwrap_err()
             .to_string();
         assert!(
@@ -865,7 +881,7 @@ mod tests {
         let (path, w) = fresh("derived");
         record_exits(&w, 1..=3);
         let n = w
-            .finish_from_file(&LostCounts::default(), Vec::new())
+            .finish_from_file(&LostCounts::default(), Vec::new(), Arc::default())
             .unwrap();
         assert_eq!(n, 3);
         let conn = Connection::open(&path).unwrap();
@@ -873,6 +889,44 @@ mod tests {
             .query_row("SELECT count(*) FROM processes", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 3);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_derivation_given_up_leaves_every_record_and_the_final_meta_in_one_file() {
+        let (path, w) = fresh("given-up");
+        record_exits(&w, 1..=3);
+        let meta = vec![("ended_ns".to_string(), "42".to_string())];
+        let err = w
+            .finish_from_file(
+                &LostCounts::default(),
+                meta,
+                Arc::new(AtomicBool::new(true)),
+            )
+            .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains("lacks its processes and phases tables"),
+            "{err}"
+        );
+        assert_eq!(exits_in(&path), 3);
+        let wal = path.with_file_name("w.db-wal");
+        assert_eq!(
+            std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0),
+            0,
+            "the log went into the file"
+        );
+        let conn = Connection::open(&path).unwrap();
+        let (rows, ended): (i64, String) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM processes), \
+                 (SELECT value FROM meta WHERE key = 'ended_ns')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(rows, 0, "no half of the derived tables");
+        assert_eq!(ended, "42");
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

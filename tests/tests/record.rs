@@ -221,6 +221,16 @@ fn binary_row<'a>(rep: &'a Value, binary: &Path) -> Option<&'a Value> {
         .find(|r| r["binary"].as_str() == Some(binary))
 }
 
+/// `forkprof record -o DB`, system-wide until SIGINT, its stderr piped.
+fn record_system_wide(db: &Path) -> std::process::Child {
+    Command::new(forkprof())
+        .args(["record", "-o"])
+        .arg(db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn record_system_wide_for_a_duration() {
     needs_root!();
@@ -282,12 +292,7 @@ fn record_stopped_again_while_deriving_keeps_every_record() {
     let db = dir.join("again.db");
     let bin = dir.join("fp-again-probe");
     std::fs::copy("/bin/true", &bin).unwrap();
-    let mut rec = Command::new(forkprof())
-        .args(["record", "-o"])
-        .arg(&db)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut rec = record_system_wide(&db);
     let (tx, lines) = std::sync::mpsc::channel();
     let stderr = rec.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -683,12 +688,7 @@ fn sigkill_keeps_committed_batches_and_leaves_nothing_loaded() {
     let dir = tempdir();
     let db = dir.join("killed.db");
     let (bin, script) = outsider(&dir, 1_000_000);
-    let mut rec = Command::new(forkprof())
-        .args(["record", "-o"])
-        .arg(&db)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut rec = record_system_wide(&db);
     wait_until_recording(&mut rec);
     let programs = forkprof_tests::programs_of(rec.id());
     let mut noise = Command::new("sh").args(["-c", &script]).spawn().unwrap();

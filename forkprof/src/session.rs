@@ -152,7 +152,7 @@ impl StopSignals {
 
 impl StopSignals {
     /// A flag set by any of the same signals from now on: what stops a step that follows
-    /// the stop (`record`'s derived tables) when the user asks again.
+    /// the stop (`record`'s derived tables) when the user signals again.
     pub fn again(&self) -> Result<Arc<AtomicBool>> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let flag = Arc::new(AtomicBool::new(false));

@@ -107,6 +107,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
     };
     let removed = runtime.block_on(session.run_until(stop))?;
+    // From here on the same signals leave the processes/phases tables out (below): the
+    // drain, which waits for the writer's backlog, may already take a while.
+    let leave_out = signals.again()?;
     if let Some(scope) = scope.as_ref().filter(|_| removed) {
         eprintln!(
             "{}",
@@ -117,16 +120,15 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     session.drain()?;
     let lost = session.trace.lost.total();
     // The processes/phases tables are derived from the file (`record` kept no trace): as
-    // long as a `report` of it, seconds for a million processes. A second Ctrl-C leaves
-    // them out: every record is in the file, and `report` reads it without them.
-    let again = signals.again()?;
+    // long as a `report` of it, seconds for a million processes. Ctrl-C leaves them out:
+    // every record is in the file, and `report` reads it without them.
     eprintln!(
         "forkprof: tracing stopped; deriving the processes and phases tables of {} \
-         (Ctrl-C again leaves them out)",
+         (Ctrl-C leaves them out)",
         args.output.display()
     );
     let processes =
-        session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())], again)?;
+        session.finish_from_file(vec![("wall_ns".into(), wall_ns.to_string())], leave_out)?;
     eprintln!(
         "forkprof: recorded {processes} processes to {} ({lost} lost events)",
         args.output.display()

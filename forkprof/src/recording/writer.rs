@@ -56,7 +56,7 @@ enum Derived {
     /// The recording itself, read back once its records are committed, one process at a
     /// time as `report` reads it (`record`, which keeps no trace: its memory stays bounded
     /// however many processes it records). The derivation gives up, leaving the file
-    /// without those tables, once the flag is set (`record`: a second Ctrl-C).
+    /// without those tables, once the flag is set (`record`: Ctrl-C once tracing has stopped).
     FromFile(Arc<AtomicBool>),
 }
 
@@ -295,7 +295,7 @@ impl<'t> DerivedInserts<'t> {
 /// its committed records one process at a time (`Recording::processes`, as `report` reads
 /// it), into `tx`; returns how many. The report is built as `run`'s is (`Context::for_run`),
 /// so its rows are those `run -o` derives from the trace in memory.
-fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &AtomicBool) -> Result<u64> {
+fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &dyn Fn() -> bool) -> Result<u64> {
     let recording = Recording::open(path)?;
     let start = recording.stream_start(false)?;
     let loaders = InterpCache::default();
@@ -307,10 +307,7 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &AtomicBool) -> 
         start,
         false,
         &mut |_, _, _, added| {
-            anyhow::ensure!(
-                !give_up.load(Ordering::Relaxed),
-                "stopped by a second signal before it was done"
-            );
+            anyhow::ensure!(!give_up(), "stopped by a signal before it was done");
             if let Some(row) = added.row {
                 inserts.insert(&ProcessOut::of(&row))?;
                 n += 1;
@@ -422,7 +419,9 @@ fn run(
             let left = commit_last(tx, *f, progress)?;
             let derived = match left {
                 Left::Nothing(n) => Ok(n),
-                Left::Derive(give_up) => derive_tables(&mut conn, path, file, &give_up),
+                Left::Derive(flag) => {
+                    derive_tables(&mut conn, path, file, &|| flag.load(Ordering::Relaxed))
+                }
             };
             // The log into the file, and truncated: a finished recording is one file, also
             // when the derivation failed (it holds every record all the same).
@@ -506,7 +505,7 @@ fn derive_tables(
     conn: &mut Connection,
     path: &Path,
     file: FileId,
-    give_up: &AtomicBool,
+    give_up: &dyn Fn() -> bool,
 ) -> Result<u64> {
     let derived = (|| {
         let now = FileId::of(path).with_context(|| format!("cannot stat {}", path.display()))?;
@@ -896,6 +895,13 @@ mod tests {
     fn a_derivation_given_up_leaves_every_record_and_the_final_meta_in_one_file() {
         let (path, w) = fresh("given-up");
         record_exits(&w, 1..=3);
+        // Another connection open all along: the writer's closing is then not the last one,
+        // which would empty the log by itself.
+        // (It reads once, so that it holds the log's shared memory, as a reader does.)
+        let other = Connection::open(&path).unwrap();
+        let _: i64 = other
+            .query_row("SELECT count(*) FROM meta", [], |r| r.get(0))
+            .unwrap();
         let meta = vec![("ended_ns".to_string(), "42".to_string())];
         let err = w
             .finish_from_file(
@@ -916,6 +922,7 @@ mod tests {
             0,
             "the log went into the file"
         );
+        drop(other);
         let conn = Connection::open(&path).unwrap();
         let (rows, ended): (i64, String) = conn
             .query_row(
@@ -927,6 +934,45 @@ mod tests {
             .unwrap();
         assert_eq!(rows, 0, "no half of the derived tables");
         assert_eq!(ended, "42");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_derivation_given_up_midway_rolls_back_the_rows_it_had_inserted() {
+        let (path, w) = fresh("midway");
+        record_exits(&w, 1..=3);
+        // The file with every record and no derived rows yet.
+        let given_up = Arc::new(AtomicBool::new(true));
+        w.finish_from_file(&LostCounts::default(), Vec::new(), given_up)
+            .unwrap_err();
+        let mut conn = Connection::open(&path).unwrap();
+        let asked = std::cell::Cell::new(0);
+        let err = derive_tables(&mut conn, &path, FileId::of(&path).unwrap(), &|| {
+            asked.set(asked.get() + 1);
+            asked.get() > 2
+        })
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("stopped by a signal"),
+            "{err:#}"
+        );
+        assert_eq!(
+            asked.get(),
+            3,
+            "two processes derived before the third gave up"
+        );
+        let (processes, phases): (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM processes), (SELECT count(*) FROM phases)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (processes, phases),
+            (0, 0),
+            "the rows inserted were rolled back"
+        );
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

@@ -148,9 +148,7 @@ impl StopSignals {
             _ = elapsed => Stop::Elapsed,
         }
     }
-}
 
-impl StopSignals {
     /// A flag set by any of the same signals from now on: what stops a step that follows
     /// the stop (`record`'s derived tables) when the user signals again.
     pub fn again(&self) -> Result<Arc<AtomicBool>> {

@@ -296,6 +296,22 @@ pub fn wait_until_recording(child: &mut std::process::Child) {
     wait_until_ready(child, "forkprof: recording");
 }
 
+/// The child's stderr (piped), line by line, read on a thread of its own.
+pub fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead as _;
+    let stderr = child.stderr.take().expect("the child's stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// `wait_until_recording` for any agent: until a line of its stderr starts with `ready`
 /// (`record`'s "forkprof: recording", `monitor`'s "forkprof: serving metrics"), which it
 /// prints once every program is loaded and attached.

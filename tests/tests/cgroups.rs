@@ -5,7 +5,6 @@
 //! refuses a path that is no cgroup, and stops cleanly when its group is removed. While
 //! its group is empty it leaves the hooks that fire on every syscall, page fault and
 //! mmap-lock event off, and attaches them once the group has a process.
-use std::io::BufRead as _;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
@@ -124,16 +123,7 @@ fn record_cgroup(group: &str, db: &Path) -> (Child, Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = rec.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = forkprof_tests::stderr_lines(&mut rec);
     let mut said = Vec::new();
     loop {
         match rx.recv_timeout(READY) {

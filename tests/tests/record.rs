@@ -294,17 +294,7 @@ fn record_stopped_again_while_deriving_keeps_every_record() {
     let bin = dir.join("fp-again-probe");
     std::fs::copy("/bin/true", &bin).unwrap();
     let mut rec = record_system_wide(&db);
-    let (tx, lines) = std::sync::mpsc::channel();
-    let stderr = rec.stderr.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::BufRead as _;
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let lines = forkprof_tests::stderr_lines(&mut rec);
     let mut said = Vec::new();
     let mut until = |start: &str| loop {
         let line = lines

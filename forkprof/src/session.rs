@@ -446,12 +446,21 @@ fn keep(kept: &mut Kept<'_>, writer: Option<&Writer>, names: &mut Names, record:
         }
         trace.cgroup(cgroup, path);
     }
-    if let Some(w) = writer {
-        w.record(&record);
-    }
+    // The recording takes the record itself where nothing else keeps it (`record`, whose
+    // `Running` only looks at it), and a copy where the trace keeps it too.
     match kept.running.as_deref_mut() {
-        Some(running) => running.see(&record),
-        None => trace.ingest(record),
+        Some(running) => {
+            running.see(&record);
+            if let Some(w) = writer {
+                w.record(record);
+            }
+        }
+        None => {
+            if let Some(w) = writer {
+                w.record(record.clone());
+            }
+            trace.ingest(record);
+        }
     }
 }
 

@@ -238,7 +238,7 @@ fn records_written_again_give_the_same_recording() {
     let original = Recording::open(&db).unwrap();
     let copy = dir.join("copy.db");
     let writer = Writer::create(&copy, None, vec![], true).unwrap();
-    original.records(&mut |r| writer.record(&r)).unwrap();
+    original.records(&mut |r| writer.record(r)).unwrap();
     let trace = original.load(true).unwrap();
     let mut ctx = Context::for_run(&|_| false);
     ctx.processes = true;

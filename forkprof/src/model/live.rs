@@ -60,6 +60,9 @@ pub struct Live {
     unknown: Shared,
     /// The unfinished processes whose pid was gone at the last `forget_vanished`.
     suspects: rustc_hash::FxHashSet<ProcKey>,
+    /// The processes a sweep takes, empty between sweeps: kept for its capacity, so that
+    /// a sweep does not grow a new one by reallocation and copy each time.
+    gone: Vec<Process>,
 }
 
 impl Default for Live {
@@ -72,6 +75,7 @@ impl Default for Live {
             counters: Counters::default(),
             unknown,
             suspects: Default::default(),
+            gone: Vec::new(),
         }
     }
 }
@@ -122,15 +126,20 @@ impl Live {
     /// has passed since its exit by `now_ns`. `is_static` tells statically linked binaries
     /// (dynamic-linker phases 0).
     pub fn sweep(&mut self, now_ns: u64, is_static: &dyn Fn(&[u8]) -> bool) -> Vec<Finished> {
-        let gone = self.trace.take(|p| {
-            p.exit.is_some_and(|x| {
-                p.spawn.is_some()
-                    || p.key.start_ns == 0
-                    || x.exit_ns.saturating_add(GRACE_NS) <= now_ns
-            })
-        });
+        let mut gone = std::mem::take(&mut self.gone);
+        self.trace.take_into(
+            |p| {
+                p.exit.is_some_and(|x| {
+                    p.spawn.is_some()
+                        || p.key.start_ns == 0
+                        || x.exit_ns.saturating_add(GRACE_NS) <= now_ns
+                })
+            },
+            &mut gone,
+        );
         let done = gone.iter().map(|p| self.finish(p, is_static)).collect();
-        drop(gone);
+        gone.clear();
+        self.gone = gone;
         self.trace.forget_unused_cgroups();
         self.trace.forget_unused_paths();
         done
@@ -203,6 +212,35 @@ mod tests {
     use super::*;
     use crate::model::phases::Phase;
     use crate::model::tests_support::*;
+
+    /// A sweep takes the finished processes out of the table in place, in their order:
+    /// the table keeps its room for the next ones (it was built anew, empty, at each sweep,
+    /// and grew again by reallocation and copy), and the survivors are still found by key.
+    #[test]
+    fn a_sweep_keeps_the_table_and_its_room() {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
+        for pid in 2..200 {
+            let child = key(pid, u64::from(pid) * 1_000_000);
+            live.ingest(spawn(root, child, 56, SIGCHLD));
+            live.ingest(exec(child, child.start_ns + 1, b"/bin/true", 0, 0));
+            if pid % 2 == 0 {
+                live.ingest(exit(child, 0));
+            }
+        }
+        let room = live.trace.processes.capacity();
+        let done = live.sweep(0, &|_| false);
+        assert_eq!(done.len(), 99);
+        assert_eq!(live.in_flight(), 100, "the shell and the odd pids");
+        assert_eq!(live.trace.processes.capacity(), room);
+        let odd = key(3, 3_000_000);
+        assert_eq!(live.trace.get(&odd).map(|p| p.key), Some(odd));
+        // The next exit finds its process by key, and the next sweep finishes it.
+        live.ingest(exit(odd, 0));
+        assert_eq!(live.sweep(0, &|_| false).len(), 1);
+        assert!(live.trace.get(&odd).is_none());
+    }
 
     /// A process whose exit never comes (its record lost) and whose pid is gone is
     /// forgotten at the second check that finds it gone, and counted; one whose pid lives,

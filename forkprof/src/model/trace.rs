@@ -451,18 +451,26 @@ impl Trace {
         self.paths.len()
     }
 
-    /// Removes and returns the processes for which `done` is true (the live views evict
-    /// finished processes so that memory stays bounded).
-    pub fn take(&mut self, mut done: impl FnMut(&Process) -> bool) -> Vec<Process> {
-        let (gone, kept): (Vec<Process>, Vec<Process>) = std::mem::take(&mut self.processes)
-            .into_iter()
-            .partition(|p| done(p));
-        self.processes = kept;
-        self.index.clear();
-        for (i, p) in self.processes.iter().enumerate() {
-            self.index.insert(p.key, i);
+    /// Moves the processes for which `done` is true into `gone`, in table order (the live
+    /// views evict finished processes so that memory stays bounded). In place: the table
+    /// keeps its capacity from sweep to sweep, where building it anew each time had it grow
+    /// again, by reallocation and copy, as the next processes came.
+    pub fn take_into(&mut self, mut done: impl FnMut(&Process) -> bool, gone: &mut Vec<Process>) {
+        let before = gone.len();
+        gone.extend(self.processes.extract_if(.., |p| done(p)));
+        if gone.len() > before {
+            self.index.clear();
+            for (i, p) in self.processes.iter().enumerate() {
+                self.index.insert(p.key, i);
+            }
         }
         self.hint = 0;
+    }
+
+    /// Removes and returns the processes for which `done` is true (`take_into`).
+    pub fn take(&mut self, done: impl FnMut(&Process) -> bool) -> Vec<Process> {
+        let mut gone = Vec::new();
+        self.take_into(done, &mut gone);
         gone
     }
 

@@ -4,7 +4,7 @@
 //! groups by total spawn cost, the rest summed under `binary="other"` / `cgroup="other"`
 //! (see `Bounded`).
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use prometheus_client::{
     collector::Collector,
@@ -222,6 +222,10 @@ pub struct Metrics {
     in_flight: Gauge,
     vanished: Counter,
     phases: Family<Labels, Histogram>,
+    /// Each phase's series of `phases`, looked up once, at its first observation (a clone
+    /// shares the series): the lookup builds, hashes and frees a label set, which cost more
+    /// than the observation itself, about a dozen times per process.
+    phase_series: [OnceLock<Histogram>; PHASES.len()],
     cow_faults: Counter,
     binaries: Arc<Mutex<Bounded>>,
     cgroups: Arc<Mutex<Bounded>>,
@@ -318,6 +322,7 @@ impl Metrics {
             in_flight,
             vanished,
             phases,
+            phase_series: Default::default(),
             cow_faults,
             binaries,
             cgroups,
@@ -361,8 +366,12 @@ impl Metrics {
                     self.cow_faults.inc_by(v);
                     continue;
                 }
-                self.phases
-                    .get_or_create(&vec![("phase", phase.name().to_string())])
+                self.phase_series[phase as usize]
+                    .get_or_init(|| {
+                        self.phases
+                            .get_or_create(&vec![("phase", phase.name().to_string())])
+                            .clone()
+                    })
                     .observe(v as f64 / 1e9);
             }
             let cost = f.phases.get(Phase::SpawnCost).unwrap_or(0);

@@ -274,7 +274,7 @@ fn simulated(path: &Path, n: u32) -> Writer {
         writer.cgroup(id, name.as_bytes());
     }
     for (_, r) in &sim.records {
-        writer.record(r);
+        writer.record(r.clone());
     }
     writer
 }

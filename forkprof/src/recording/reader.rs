@@ -654,7 +654,7 @@ mod tests {
             writer.found(f);
         }
         for r in records {
-            writer.record(r);
+            writer.record(r.clone());
         }
         let trace = Trace::default();
         let report = crate::model::Report::build(

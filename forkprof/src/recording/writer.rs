@@ -611,7 +611,7 @@ impl Writer {
             })?;
         Ok(Self {
             tx,
-            queued: RefCell::new(Vec::new()),
+            queued: RefCell::new(Vec::with_capacity(RECORDS_PER_MESSAGE)),
             handle,
             dropped,
             shown: path.display().to_string(),
@@ -621,10 +621,10 @@ impl Writer {
     /// Queues a record (sent with the next `RECORDS_PER_MESSAGE`, or at `flush`). The
     /// channel is unbounded, so the writer never drops a record for being slow; it drops
     /// them only once it has stopped, and counts them.
-    pub fn record(&self, record: &Record) {
+    pub fn record(&self, record: Record) {
         let full = {
             let mut queued = self.queued.borrow_mut();
-            queued.push(record.clone());
+            queued.push(record);
             queued.len() >= RECORDS_PER_MESSAGE
         };
         if full {
@@ -636,10 +636,13 @@ impl Writer {
     /// from the ring buffer, and every other message sends them first, so that the writer
     /// sees everything in the order it came.
     pub fn flush(&self) {
-        let records = std::mem::take(&mut *self.queued.borrow_mut());
-        if records.is_empty() {
+        let mut queued = self.queued.borrow_mut();
+        if queued.is_empty() {
             return;
         }
+        // The next message's room at once, not grown by reallocation and copy as it fills.
+        let records = std::mem::replace(&mut *queued, Vec::with_capacity(RECORDS_PER_MESSAGE));
+        drop(queued);
         let n = records.len() as u64;
         if self.tx.send(Msg::Records(records)).is_err() {
             self.dropped.fetch_add(n, Ordering::SeqCst);
@@ -776,7 +779,7 @@ mod tests {
     /// Sends the exit records of processes `pids` (each created at its pid's ns).
     fn record_exits(w: &Writer, pids: std::ops::RangeInclusive<u32>) {
         for pid in pids {
-            w.record(&exit(key(pid, u64::from(pid)), 0));
+            w.record(exit(key(pid, u64::from(pid)), 0));
         }
     }
 

@@ -62,11 +62,11 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
 }
 
 /// Calls `f` with the `T` at the start of `bytes`: in place where the bytes are aligned for
-/// it, as ring-buffer items are (8 bytes), else a copy. For the exec attempt, whose path
-/// and argv areas are mostly unused (1 KB, most of it never written for a short path and
-/// no argv): read in place, only the bytes used are touched. A copy of the whole record
-/// was the agent's largest single cost, as the ring buffer's lines come from the CPU
-/// whose program wrote them (BENCHMARKS.md, "The agent's CPU").
+/// it, as ring-buffer items are (8 bytes), else a copy. The exec attempt is read so: its
+/// path and argv areas are 1,280 of its 1,408 bytes, mostly never written (a short path,
+/// no argv under `monitor`), and in place only the bytes used are touched. A copy of the
+/// whole record was the largest copy left in the agent's profile, its lines coming from
+/// the CPU whose program wrote them (BENCHMARKS.md, "The agent's CPU").
 fn with_view<T: Copy, R>(
     bytes: &[u8],
     kind: u32,

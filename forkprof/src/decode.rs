@@ -46,8 +46,8 @@ impl fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Reads a `T` from the start of `bytes`. `T` must be a plain-old-data record type.
-fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
+/// Whether `bytes` hold a whole `T`; a short item of kind `kind` is an error.
+fn whole<T>(bytes: &[u8], kind: u32) -> Result<(), DecodeError> {
     let want = size_of::<T>();
     if bytes.len() < want {
         return Err(DecodeError::Short {
@@ -56,6 +56,12 @@ fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
             want,
         });
     }
+    Ok(())
+}
+
+/// Reads a `T` from the start of `bytes`. `T` must be a plain-old-data record type.
+fn read<T: Copy>(bytes: &[u8], kind: u32) -> Result<T, DecodeError> {
+    whole::<T>(bytes, kind)?;
     // SAFETY: the length was checked; the record types are repr(C) integers and integer
     // arrays, valid for any bit pattern; read_unaligned has no alignment requirement.
     Ok(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
@@ -72,14 +78,7 @@ fn with_view<T: Copy, R>(
     kind: u32,
     f: impl FnOnce(&T) -> R,
 ) -> Result<R, DecodeError> {
-    let want = size_of::<T>();
-    if bytes.len() < want {
-        return Err(DecodeError::Short {
-            kind,
-            len: bytes.len(),
-            want,
-        });
-    }
+    whole::<T>(bytes, kind)?;
     if bytes.as_ptr().cast::<T>().is_aligned() {
         // SAFETY: the length and the alignment were checked; the record types are repr(C)
         // integers and integer arrays, valid for any bit pattern; the borrow of `bytes`
@@ -198,8 +197,9 @@ pub fn binary_path(path: &[u8; PATH_LEN], walk: u32) -> [u8; PATH_LEN] {
         .then(|| given.split(|&b| b == b'/'))
         .into_iter()
         .flatten();
-    // Each part kept is at least one byte and a separator: at most half of the two areas.
-    let mut kept: [&[u8]; PATH_LEN + 2] = [&[]; PATH_LEN + 2];
+    // Each part kept is at least one byte and a separator (a `/` or a NUL), and both areas
+    // fit in PATH_LEN - 1 bytes: at most PATH_LEN / 2 parts.
+    let mut kept: [&[u8]; PATH_LEN / 2 + 2] = [&[]; PATH_LEN / 2 + 2];
     let mut n = 0;
     for part in walked.chain(relative) {
         match part {
@@ -593,6 +593,31 @@ mod tests {
         let n = out.len().min(PATH_LEN);
         joined[..n].copy_from_slice(&out[..n]);
         joined
+    }
+
+    /// The most parts a path can keep, 128, fit: one-byte names with a separator each, all
+    /// in the path as given, or nearly all in the walked names.
+    #[test]
+    fn the_most_parts_a_path_can_have_fit() {
+        use path_walk::{COMPLETE, FROM_CWD};
+        let mut given = [0u8; PATH_LEN];
+        for (i, b) in given[..PATH_LEN - 1].iter_mut().enumerate() {
+            *b = if i % 2 == 0 { b'a' } else { b'/' };
+        }
+        let mut names = [0u8; PATH_LEN];
+        names[0] = b'a';
+        for (i, b) in names[2..].iter_mut().enumerate() {
+            *b = if i % 2 == 0 { b'a' } else { 0 };
+        }
+        for path in [given, names] {
+            let walk = PATH_LEN as u32 | FROM_CWD | COMPLETE;
+            let out = binary_path(&path, walk);
+            assert_eq!(out, joined_by_vectors(&path, walk));
+            let parts = c_bytes(&out)
+                .split(|&b| b == b'/')
+                .filter(|p| !p.is_empty());
+            assert_eq!(parts.count(), 128);
+        }
     }
 
     /// 20,000 paths in every walk mode, made of parts from `a`, `bb`, `.`, `..` and empty

@@ -138,6 +138,9 @@ impl Live {
             &mut gone,
         );
         let done = gone.iter().map(|p| self.finish(p, is_static)).collect();
+        // A storm's room goes back once sweeps take less.
+        let taken = gone.len();
+        super::trace::shrink_after_burst(&mut gone, taken);
         gone.clear();
         self.gone = gone;
         self.trace.forget_unused_cgroups();
@@ -234,12 +237,43 @@ mod tests {
         assert_eq!(done.len(), 99);
         assert_eq!(live.in_flight(), 100, "the shell and the odd pids");
         assert_eq!(live.trace.processes.capacity(), room);
+        assert!(
+            live.gone.is_empty() && live.gone.capacity() >= 99,
+            "its room kept"
+        );
         let odd = key(3, 3_000_000);
         assert_eq!(live.trace.get(&odd).map(|p| p.key), Some(odd));
         // The next exit finds its process by key, and the next sweep finishes it.
         live.ingest(exit(odd, 0));
         assert_eq!(live.sweep(0, &|_| false).len(), 1);
         assert!(live.trace.get(&odd).is_none());
+    }
+
+    /// After a storm the table and the sweep's vector give their room back, down to twice
+    /// what they hold (room for 1,024 kept): a `monitor` does not hold a storm's peak for
+    /// good.
+    #[test]
+    fn a_storms_room_is_given_back() {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
+        for pid in 2..20_002 {
+            let child = key(pid, u64::from(pid) * 1_000_000);
+            live.ingest(spawn(root, child, 56, SIGCHLD));
+            live.ingest(exit(child, 0));
+        }
+        assert!(live.trace.processes.capacity() >= 20_001);
+        assert_eq!(live.sweep(0, &|_| false).len(), 20_000);
+        assert!(
+            live.gone.capacity() >= 20_000,
+            "this sweep's take still fits"
+        );
+        assert!(
+            live.trace.processes.capacity() <= 2048,
+            "the table's room went back"
+        );
+        assert_eq!(live.sweep(0, &|_| false).len(), 0);
+        assert!(live.gone.capacity() <= 2048, "the sweep's room went back");
     }
 
     /// A process whose exit never comes (its record lost) and whose pid is gone is

@@ -375,6 +375,16 @@ impl Default for Trace {
     }
 }
 
+/// Gives back a vector's room once `in_use` elements need under a quarter of it, down to
+/// twice that; room for `ROOM_KEPT` elements is always kept.
+pub fn shrink_after_burst<T>(v: &mut Vec<T>, in_use: usize) {
+    const ROOM_KEPT: usize = 1024;
+    let wanted = in_use.max(ROOM_KEPT);
+    if v.capacity() > 4 * wanted {
+        v.shrink_to(2 * wanted);
+    }
+}
+
 impl Trace {
     fn process(&mut self, key: ProcKey) -> &mut Process {
         // Records mostly come in creation order, table by table: try the process after the
@@ -465,6 +475,10 @@ impl Trace {
             }
         }
         self.hint = 0;
+        // After a burst the table's room goes back to twice what it holds, so that a
+        // `monitor` does not keep a storm's peak for good.
+        let in_use = self.processes.len();
+        shrink_after_burst(&mut self.processes, in_use);
     }
 
     /// Removes and returns the processes for which `done` is true (`take_into`).

@@ -611,7 +611,7 @@ impl Writer {
             })?;
         Ok(Self {
             tx,
-            queued: RefCell::new(Vec::with_capacity(RECORDS_PER_MESSAGE)),
+            queued: RefCell::new(Vec::new()),
             handle,
             dropped,
             shown: path.display().to_string(),
@@ -640,8 +640,11 @@ impl Writer {
         if queued.is_empty() {
             return;
         }
-        // The next message's room at once, not grown by reallocation and copy as it fills.
-        let records = std::mem::replace(&mut *queued, Vec::with_capacity(RECORDS_PER_MESSAGE));
+        // The next message's room at once, as much as this one took, not grown by
+        // reallocation and copy as it fills; and no more, for a backlog of small batches
+        // waits in the channel with its room.
+        let room = queued.len();
+        let records = std::mem::replace(&mut *queued, Vec::with_capacity(room));
         drop(queued);
         let n = records.len() as u64;
         if self.tx.send(Msg::Records(records)).is_err() {

@@ -216,22 +216,29 @@ mod tests {
     use crate::model::phases::Phase;
     use crate::model::tests_support::*;
 
+    /// A shell (pid 1) that spawned a child of each pid in `pids`, each exec'ing
+    /// /bin/true; those for which `exited` holds have exited.
+    fn shell_with_children(pids: std::ops::Range<u32>, exited: impl Fn(u32) -> bool) -> Live {
+        let mut live = Live::default();
+        let root = key(1, 0);
+        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
+        for pid in pids {
+            let child = key(pid, u64::from(pid) * 1_000_000);
+            live.ingest(spawn(root, child, 56, SIGCHLD));
+            live.ingest(exec(child, child.start_ns + 1, b"/bin/true", 0, 0));
+            if exited(pid) {
+                live.ingest(exit(child, 0));
+            }
+        }
+        live
+    }
+
     /// A sweep takes the finished processes out of the table in place, in their order:
     /// the table keeps its room for the next ones (it was built anew, empty, at each sweep,
     /// and grew again by reallocation and copy), and the survivors are still found by key.
     #[test]
     fn a_sweep_keeps_the_table_and_its_room() {
-        let mut live = Live::default();
-        let root = key(1, 0);
-        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
-        for pid in 2..200 {
-            let child = key(pid, u64::from(pid) * 1_000_000);
-            live.ingest(spawn(root, child, 56, SIGCHLD));
-            live.ingest(exec(child, child.start_ns + 1, b"/bin/true", 0, 0));
-            if pid % 2 == 0 {
-                live.ingest(exit(child, 0));
-            }
-        }
+        let mut live = shell_with_children(2..200, |pid| pid % 2 == 0);
         let room = live.trace.processes.capacity();
         let done = live.sweep(0, &|_| false);
         assert_eq!(done.len(), 99);
@@ -254,14 +261,7 @@ mod tests {
     /// good.
     #[test]
     fn a_storms_room_is_given_back() {
-        let mut live = Live::default();
-        let root = key(1, 0);
-        live.ingest(exec(root, 500_000, b"/bin/sh", 0, 0));
-        for pid in 2..20_002 {
-            let child = key(pid, u64::from(pid) * 1_000_000);
-            live.ingest(spawn(root, child, 56, SIGCHLD));
-            live.ingest(exit(child, 0));
-        }
+        let mut live = shell_with_children(2..20_002, |_| true);
         assert!(live.trace.processes.capacity() >= 20_001);
         assert_eq!(live.sweep(0, &|_| false).len(), 20_000);
         assert!(

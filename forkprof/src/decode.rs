@@ -176,14 +176,13 @@ fn exec_record(a: &ExecAttemptRecord) -> ExecRecord {
 pub fn binary_path(path: &[u8; PATH_LEN], walk: u32) -> [u8; PATH_LEN] {
     let end = ((walk & path_walk::END) as usize).min(PATH_LEN);
     let complete = walk & path_walk::COMPLETE != 0;
+    let given = c_bytes(path);
     if walk == 0 {
         // The path as given, and zeros after it: what follows its NUL was not written.
-        let given = c_bytes(path);
         let mut out = [0; PATH_LEN];
         out[..given.len()].copy_from_slice(given);
         return out;
     }
-    let given = c_bytes(path);
     let names = path.get(given.len() + 1..end).unwrap_or_default();
     let names = names.strip_suffix(&[0]).unwrap_or(names);
     // The walked names root first (the kernel wrote the last one first), then the path as

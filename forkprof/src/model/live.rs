@@ -138,10 +138,10 @@ impl Live {
             &mut gone,
         );
         let done = gone.iter().map(|p| self.finish(p, is_static)).collect();
-        // A storm's room goes back once sweeps take less.
+        // A storm's room goes back once sweeps take less (emptied first: nothing to move).
         let taken = gone.len();
-        super::trace::shrink_after_burst(&mut gone, taken);
         gone.clear();
+        super::trace::shrink_after_burst(&mut gone, taken);
         self.gone = gone;
         self.trace.forget_unused_cgroups();
         self.trace.forget_unused_paths();

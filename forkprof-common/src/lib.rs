@@ -87,7 +87,10 @@ pub mod stat {
     /// saw (its child is not followed); at sched_process_exec, an exec of a followed process
     /// whose entry was not seen (a 32-bit caller's).
     pub const IA32_UNSEEN: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// Processes whose exit was never seen, found when a fork reused the pid their entry
+    /// still held: their exit record is lost (the process's other records were sent).
+    pub const EXIT_UNSEEN: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// The slots of the `IA32_SYSCALLS` map, and the modes of its `MODE` slot: how the syscall

@@ -168,6 +168,7 @@ impl Collector {
                 undecodable: self.undecodable,
                 recording_dropped: 0,
                 ia32_unseen: sum(stat::IA32_UNSEEN)?,
+                exit_unseen: sum(stat::EXIT_UNSEEN)?,
             },
             exits_without_notify: sum(stat::EXIT_WITHOUT_NOTIFY)?,
         })

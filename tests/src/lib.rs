@@ -1052,6 +1052,39 @@ pub fn per_cpu_values(id: &str) -> Option<Vec<Vec<u8>>> {
         .collect()
 }
 
+/// The bytes of array map `id`'s entry `index`, by `bpftool map lookup`. None when bpftool
+/// cannot read it.
+pub fn array_value(id: &str, index: u32) -> Option<Vec<u8>> {
+    let mut args = vec!["map".to_string(), "lookup".into(), "id".into(), id.into()];
+    args.extend(hex_args("key", &index.to_le_bytes()));
+    args.push("-j".into());
+    let out = Command::new("bpftool").args(&args).output().ok()?;
+    let entry: Value = serde_json::from_slice(&out.stdout).ok()?;
+    hex_bytes(&entry["value"])
+}
+
+/// Writes `value` into map `id` at `key` (raw bytes), by `bpftool map update`. Panics when
+/// bpftool refuses.
+pub fn update_map(id: &str, key: &[u8], value: &[u8]) {
+    let mut args = vec!["map".to_string(), "update".into(), "id".into(), id.into()];
+    args.extend(hex_args("key", key));
+    args.extend(hex_args("value", value));
+    let out = Command::new("bpftool").args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "bpftool map update id {id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `WHAT hex b0 b1 ...`, as bpftool takes raw bytes.
+fn hex_args(what: &str, bytes: &[u8]) -> Vec<String> {
+    [what.to_string(), "hex".into()]
+        .into_iter()
+        .chain(bytes.iter().map(|b| format!("{b:02x}")))
+        .collect()
+}
+
 /// Map `id`'s entries, as `bpftool map dump -j` gives them. None when bpftool cannot dump it.
 fn map_dump(id: &str) -> Option<Value> {
     let out = Command::new("bpftool")

@@ -866,6 +866,234 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
     assert_windows_close(&map, agent_pid, "after the workloads");
 }
 
+/// Waits, until `deadline`, for a line on FIFO `fifo`, opened for reading without blocking
+/// (`reader`): `sh`'s `echo > FIFO` says the traced shell got there. Panics with `what`
+/// when `agent` exits first or the deadline passes.
+fn await_line(reader: &mut std::fs::File, agent: &mut std::process::Child, what: &str) {
+    use std::io::Read as _;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut byte = [0u8; 1];
+    loop {
+        match reader.read(&mut byte) {
+            Ok(1) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("{what}: reading the fifo: {e}"),
+        }
+        if let Some(status) = agent.try_wait().unwrap() {
+            panic!("{what}: forkprof run exited first ({status})");
+        }
+        assert!(Instant::now() < deadline, "{what}: not reached in 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Lets the traced shell's `read x < FIFO` go on: opens `fifo` for writing once the shell
+/// has it open for reading (without blocking: a shell that died is an error, not a hang).
+fn release(fifo: &std::path::Path, what: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+        {
+            Ok(mut f) => return f.write_all(b"\n").unwrap(),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
+            Err(e) => panic!("{what}: opening the fifo: {e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the shell never read the fifo"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A `forkprof run` of a shell that waits on FIFO `go`: dropped on a failed assertion, it
+/// lets the shell go on (twice, for both its waits) and kills the agent, so that nothing is
+/// left waiting.
+struct BlockedShell {
+    agent: std::process::Child,
+    go: std::path::PathBuf,
+}
+
+impl Drop for BlockedShell {
+    fn drop(&mut self) {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        for _ in 0..2 {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.go)
+            {
+                let _ = f.write_all(b"\n");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
+
+/// A process whose exit the kernel never saw leaves its state behind, holding the windows
+/// it had open. When a fork reuses its pid, that state is forgotten: each window it held must
+/// close with it, or its gate stays open for the whole session and every hot hit on the
+/// system pays a lookup; and its exit is counted as lost (`lost.exit_unseen`). A missed exit
+/// cannot be made on demand, so the test plants what one leaves into the agent's own
+/// `PROC_SLOTS`: an entry of a pid just freed, in its copy-on-write window, before its first
+/// return from the fork, in an exec attempt, with its dynamic-linker window open and a fork
+/// in flight, each window counted in `ACTIVE` as the kernel counts them. The traced shell is
+/// blocked meanwhile, so nothing else changes the counts. Then it forks onto that pid.
+#[test]
+fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
+    use forkprof_common::{
+        ForkState, PROC_SLOT_COUNT, ProcKey, ProcState, active, child_state, ld_state,
+    };
+    use std::mem::offset_of;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _kernel = exclusive();
+    needs_root!();
+    let dir = tempdir();
+    let (ready, go, got) = (dir.join("ready"), dir.join("go"), dir.join("got"));
+    for fifo in [&ready, &go] {
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+    // A pid just freed: new pids are given above it until they wrap, so nothing takes it.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let script = format!(
+        "echo > {ready}; read x < {go}; {w} fork-onto {pid} > {got}; echo > {ready}; read x < {go}",
+        ready = ready.display(),
+        go = go.display(),
+        got = got.display(),
+        w = workload().display(),
+    );
+    let report = dir.join("report.json");
+    let agent = Command::new(forkprof())
+        .args(["run", "--json", "--report"])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        // As root: only root may set the next pid.
+        .env_remove("SUDO_UID")
+        .env_remove("SUDO_GID")
+        .env_remove("SUDO_USER")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut shell = BlockedShell {
+        agent,
+        go: go.clone(),
+    };
+    let agent = &mut shell.agent;
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&ready)
+        .unwrap();
+    await_line(&mut reader, agent, "the shell's start");
+
+    let slots = forkprof_tests::map_of(agent.id(), "PROC_SLOTS").expect("the agent's PROC_SLOTS");
+    let bss = window_counters_map(agent.id()).expect("the agent's .bss map");
+    let index = pid & (PROC_SLOT_COUNT - 1);
+    let slot = forkprof_tests::array_value(&slots, index).expect("the pid's slot");
+    assert_eq!(slot.len(), size_of::<ProcState>());
+    assert!(
+        slot.iter().all(|&b| b == 0),
+        "the slot of pid {pid} is held: {slot:?}"
+    );
+    let before = open_window_counters(&bss).expect("the window counters");
+
+    let mut entry = vec![0u8; size_of::<ProcState>()];
+    let mut put = |at: usize, value: &[u8]| entry[at..at + value.len()].copy_from_slice(value);
+    put(offset_of!(ProcState, owner), &u64::from(pid).to_le_bytes());
+    put(
+        offset_of!(ProcState, key) + offset_of!(ProcKey, start_ns),
+        &1u64.to_le_bytes(),
+    );
+    put(
+        offset_of!(ProcState, key) + offset_of!(ProcKey, pid),
+        &pid.to_le_bytes(),
+    );
+    put(offset_of!(ProcState, in_cow_window), &1u32.to_le_bytes());
+    put(
+        offset_of!(ProcState, child_state),
+        &child_state::AWAITING.to_le_bytes(),
+    );
+    put(
+        offset_of!(ProcState, ld_state),
+        &ld_state::START.to_le_bytes(),
+    );
+    put(offset_of!(ProcState, in_exec), &1u32.to_le_bytes());
+    put(
+        offset_of!(ProcState, fork) + offset_of!(ForkState, start_ns),
+        &1u64.to_le_bytes(),
+    );
+    forkprof_tests::update_map(&slots, &index.to_le_bytes(), &entry);
+    let held = [
+        active::FORKS,
+        active::EXECS,
+        active::LD,
+        active::COW,
+        active::CHILDREN,
+    ];
+    let mut counters = forkprof_tests::array_value(&bss, 0).expect("the agent's .bss");
+    for i in held {
+        let at = i as usize * 8;
+        let n = u64::from_le_bytes(counters[at..at + 8].try_into().unwrap()) + 1;
+        counters[at..at + 8].copy_from_slice(&n.to_le_bytes());
+    }
+    forkprof_tests::update_map(&bss, &0u32.to_le_bytes(), &counters);
+
+    release(&go, "the fork onto the pid");
+    await_line(&mut reader, agent, "the fork onto the pid");
+    let said = std::fs::read_to_string(&got).unwrap();
+    assert_eq!(
+        said.trim(),
+        format!("{{\"pid\":{pid}}}"),
+        "another process took pid {pid} first: the test could not reuse it"
+    );
+    let after = open_window_counters(&bss).expect("the window counters");
+    let names = [
+        "forks",
+        "execs",
+        "ld",
+        "exits",
+        "cow",
+        "children",
+        "spilled",
+        "static_start",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            after[i], before[i],
+            "{name}: the windows the stale entry held did not all close \
+             (before the plant {before:?}, after the fork {after:?}; {names:?})"
+        );
+    }
+    assert!(
+        forkprof_tests::array_value(&slots, index).is_some_and(|s| s[..8] == [0; 8]),
+        "the pid's slot is still held after its process exited"
+    );
+
+    release(&go, "the shell's end");
+    assert!(agent.wait().unwrap().success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(
+        report["summary"]["lost"]["exit_unseen"], 1,
+        "{}",
+        report["summary"]["lost"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Output that cannot be written (stdout on a full disk) is an error with exit 1, for the
 /// generated texts too: never the panic of a bug.
 #[test]

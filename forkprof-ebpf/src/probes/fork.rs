@@ -7,7 +7,7 @@ use forkprof_common::{
     nr_ia32, stat,
 };
 
-use super::{dynlink, exit::finish as finish_exit};
+use super::{dynlink, exit::finish as finish_exit, mm::close_cow_window};
 use crate::maps::{self, BtfPtr, EVENTS, kernel_layout, regs};
 
 pub fn on_enter(id: i64) {
@@ -101,11 +101,10 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
         Ok(_) => {}
         Err(maps::NotInserted::Present) => {
             finish_exit(child_tgid, false);
-            // An entry without a pending exit (a process whose exit was never seen) goes too,
-            // after the dynamic-linker record it holds.
+            // An entry without a pending exit (a process whose exit was never seen) goes too.
             if let Some(stale) = maps::proc_of(child_tgid) {
                 // SAFETY: map value of a traced process.
-                dynlink::send_held(unsafe { &mut *stale });
+                forget(unsafe { &mut *stale });
             }
             maps::remove_proc(child_tgid);
             if maps::insert_proc(child_tgid, &child).is_err() {
@@ -117,6 +116,33 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
     maps::active_add(active::CHILDREN, 1);
     if !shares_vm {
         maps::active_add(active::COW, 1);
+    }
+}
+
+/// The entry of a process whose exit was never seen, before it is removed: the
+/// dynamic-linker record it holds goes, and every window it holds open is closed, so that
+/// the counts in `ACTIVE` come back to what the live processes hold. Otherwise the gates
+/// they keep open (copy-on-write faults, a fork child's first return, the linker's
+/// syscalls, exec attempts, forks in flight) would stay open for the whole session, and
+/// every hot hit would pay a lookup. A window's own record is not sent: its process is gone.
+/// Its exit record is lost, and counted so (`stat::EXIT_UNSEEN`).
+#[inline(never)]
+fn forget(stale: &mut ProcState) {
+    maps::count_lost(stat::EXIT_UNSEEN);
+    dynlink::send_held(stale);
+    dynlink::abandon(stale);
+    let _ = close_cow_window(stale);
+    if stale.child_state == child_state::AWAITING {
+        maps::active_add(active::CHILDREN, -1);
+    }
+    // The main thread's exec attempt in the entry, and those of other threads it counts in
+    // `EXEC_ATTEMPTS` (their values there are overwritten when those thread ids exec again).
+    let execs = maps::load_u32(&stale.in_exec);
+    if execs != 0 {
+        maps::active_add(active::EXECS, -i64::from(execs));
+    }
+    if stale.fork.start_ns != 0 {
+        maps::active_add(active::FORKS, -1);
     }
 }
 

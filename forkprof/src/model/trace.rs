@@ -31,6 +31,10 @@ pub struct LostCounts {
     /// nonzero.
     #[serde(skip_serializing_if = "is_zero")]
     pub ia32_unseen: u64,
+    /// Processes whose exit the kernel never saw: found when a fork reused the pid their
+    /// state still held, so their exit record is missing. Shown only when nonzero.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub exit_unseen: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -44,6 +48,7 @@ impl LostCounts {
             + self.undecodable
             + self.recording_dropped
             + self.ia32_unseen
+            + self.exit_unseen
     }
 }
 

@@ -259,6 +259,9 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
                 s.lost.ia32_unseen
             ));
         }
+        if s.lost.exit_unseen > 0 {
+            dropped.push_str(&format!(", exits unseen {}", s.lost.exit_unseen));
+        }
         let text = format!(
             "  WARNING: {} events lost (ring buffer full {}, state map full {}, undecodable {}{dropped}): totals are incomplete",
             s.lost_events, s.lost.ringbuf_full, s.lost.state_map_full, s.lost.undecodable

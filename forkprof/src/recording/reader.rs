@@ -223,6 +223,7 @@ impl Recording {
         trace.lost.state_map_full = num("lost_state_map_full");
         trace.lost.undecodable = num("lost_undecodable");
         trace.lost.ia32_unseen = num("lost_ia32_unseen");
+        trace.lost.exit_unseen = num("lost_exit_unseen");
         // Schema 4: the recording machine's mounts (the atime hint's advice).
         trace.mounts = self
             .meta

@@ -345,6 +345,7 @@ fn lost_meta(lost: &LostCounts) -> Vec<(String, String)> {
         ),
         ("lost_undecodable".into(), lost.undecodable.to_string()),
         ("lost_ia32_unseen".into(), lost.ia32_unseen.to_string()),
+        ("lost_exit_unseen".into(), lost.exit_unseen.to_string()),
     ]
 }
 
@@ -814,6 +815,14 @@ mod tests {
         );
         lost.recording_dropped = 2;
         assert_eq!(lost.total(), 3);
+        lost.exit_unseen = 4;
+        assert_eq!(lost.total(), 7);
+        assert!(
+            serde_json::to_string(&lost)
+                .unwrap()
+                .ends_with(r#""recording_dropped":2,"exit_unseen":4}"#)
+        );
+        lost.exit_unseen = 0;
         assert!(
             serde_json::to_string(&lost)
                 .unwrap()
@@ -878,6 +887,30 @@ mod tests {
             })
             .unwrap();
         assert_eq!(ended, "42", "the final meta went in with the last records");
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Every loss count a recording keeps comes back from it as it went in, each its own.
+    #[test]
+    fn every_loss_count_comes_back_from_the_recording() {
+        let (path, w) = fresh("lost");
+        record_exits(&w, 1..=2);
+        let lost = LostCounts {
+            ringbuf_full: 1,
+            state_map_full: 2,
+            undecodable: 3,
+            recording_dropped: 0,
+            ia32_unseen: 5,
+            exit_unseen: 6,
+        };
+        w.finish_from_file(&lost, Vec::new(), Arc::default())
+            .unwrap();
+        let back = crate::recording::reader::Recording::open(&path)
+            .unwrap()
+            .load(false)
+            .unwrap()
+            .lost;
+        assert_eq!(back, lost);
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

@@ -31,6 +31,9 @@
 //!   reuse                          fork a child that execs /bin/true, then (setting
 //!                                  kernel.ns_last_pid) one that gets the same pid and execs
 //!                                  /bin/false; prints the pid (needs root)
+//!   fork-onto PID                  (setting kernel.ns_last_pid) fork a child that gets pid
+//!                                  PID, if no other process took it, and _exits at once;
+//!                                  prints the pid it got (needs root)
 //!   exec-threads COUNT PROGRAM     two threads each make COUNT failing execs of
 //!                                  /nonexistent/fp-exec-both at once; then a thread loops on
 //!                                  failing execs of /nonexistent/fp-exec-race while the main
@@ -780,6 +783,23 @@ fn main() {
                 }
             }
             die("no pid was reused in 500 tries");
+        }
+        "fork-onto" => {
+            let want: libc::pid_t = arg(1).parse().unwrap_or_else(|_| die("bad PID"));
+            if std::fs::write("/proc/sys/kernel/ns_last_pid", (want - 1).to_string()).is_err() {
+                die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
+            }
+            // SAFETY: the child only exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: in the child.
+                unsafe { libc::_exit(0) };
+            }
+            if pid < 0 {
+                die("fork failed");
+            }
+            wait_child(pid);
+            println!("{{\"pid\":{pid}}}");
         }
         "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),
         "execv" => {

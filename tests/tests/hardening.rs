@@ -757,6 +757,19 @@ fn start_time(pid: u32) -> Option<u64> {
     live_stat(pid)?.get(19)?.parse().ok()
 }
 
+/// The open-window counters of `ACTIVE`, in `forkprof_common::active` order.
+const WINDOW_COUNTERS: [&str; 8] = [
+    "forks",
+    "execs",
+    "ld",
+    "exits",
+    "cow",
+    "children",
+    "spilled",
+    "static_start",
+];
+const _: () = assert!(WINDOW_COUNTERS.len() == forkprof_common::active::COUNT as usize);
+
 /// Live processes that started at `since` (clock ticks since boot) or later, other than
 /// `agent`: a tick is 1-10 ms, so those of the agent's own tick count too.
 fn processes_started_after(since: u64, agent: u32) -> usize {
@@ -791,16 +804,7 @@ fn assert_windows_close(map: &str, agent: u32, when: &str) {
         !samples.is_empty(),
         "the agent's open-window counters could not be read"
     );
-    let names = [
-        "forks",
-        "execs",
-        "ld",
-        "exits",
-        "cow",
-        "children",
-        "spilled",
-        "static_start",
-    ];
+    let names = WINDOW_COUNTERS;
     for (i, name) in names.iter().enumerate() {
         let least = samples
             .iter()
@@ -1060,16 +1064,7 @@ fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
         "another process took pid {pid} first: the test could not reuse it"
     );
     let after = open_window_counters(&bss).expect("the window counters");
-    let names = [
-        "forks",
-        "execs",
-        "ld",
-        "exits",
-        "cow",
-        "children",
-        "spilled",
-        "static_start",
-    ];
+    let names = WINDOW_COUNTERS;
     for (i, name) in names.iter().enumerate() {
         assert_eq!(
             after[i], before[i],

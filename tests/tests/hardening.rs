@@ -804,8 +804,7 @@ fn assert_windows_close(map: &str, agent: u32, when: &str) {
         !samples.is_empty(),
         "the agent's open-window counters could not be read"
     );
-    let names = WINDOW_COUNTERS;
-    for (i, name) in names.iter().enumerate() {
+    for (i, name) in WINDOW_COUNTERS.iter().enumerate() {
         let least = samples
             .iter()
             .map(|(s, newer)| s[i].saturating_sub(*newer as u64))
@@ -816,7 +815,7 @@ fn assert_windows_close(map: &str, agent: u32, when: &str) {
             0,
             "{when}: {name} windows never all closed at rest: {samples:?} ({}; then how many \
              processes started after the agent are alive)",
-            names.join(", ")
+            WINDOW_COUNTERS.join(", ")
         );
     }
 }
@@ -892,21 +891,26 @@ fn await_line(reader: &mut std::fs::File, agent: &mut std::process::Child, what:
     }
 }
 
-/// Lets the traced shell's `read x < FIFO` go on: opens `fifo` for writing once the shell
-/// has it open for reading (without blocking: a shell that died is an error, not a hang).
-fn release(fifo: &std::path::Path, what: &str) {
+/// Writes a line to FIFO `fifo` if a reader has it open now; ENXIO if none does. Opened
+/// without blocking, so that a reader that died is an error, not a hang.
+fn try_release(fifo: &std::path::Path) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo)?
+        .write_all(b"\n")
+}
+
+/// Lets the traced shell's `read x < FIFO` go on, once the shell has `fifo` open for reading.
+fn release(fifo: &std::path::Path, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(fifo)
-        {
-            Ok(mut f) => return f.write_all(b"\n").unwrap(),
+        match try_release(fifo) {
+            Ok(()) => return,
             Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {}
-            Err(e) => panic!("{what}: opening the fifo: {e}"),
+            Err(e) => panic!("{what}: writing to the fifo: {e}"),
         }
         assert!(
             Instant::now() < deadline,
@@ -926,16 +930,8 @@ struct BlockedShell {
 
 impl Drop for BlockedShell {
     fn drop(&mut self) {
-        use std::io::Write as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
         for _ in 0..2 {
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&self.go)
-            {
-                let _ = f.write_all(b"\n");
-            }
+            let _ = try_release(&self.go);
             std::thread::sleep(Duration::from_millis(100));
         }
         let _ = self.agent.kill();
@@ -1064,12 +1060,11 @@ fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
         "another process took pid {pid} first: the test could not reuse it"
     );
     let after = open_window_counters(&bss).expect("the window counters");
-    let names = WINDOW_COUNTERS;
-    for (i, name) in names.iter().enumerate() {
+    for (i, name) in WINDOW_COUNTERS.iter().enumerate() {
         assert_eq!(
             after[i], before[i],
             "{name}: the windows the stale entry held did not all close \
-             (before the plant {before:?}, after the fork {after:?}; {names:?})"
+             (before the plant {before:?}, after the fork {after:?}; {WINDOW_COUNTERS:?})"
         );
     }
     assert!(

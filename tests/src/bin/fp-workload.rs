@@ -216,6 +216,14 @@ fn exec_paths(dir: &str, program: &str) -> ! {
     std::process::exit(0)
 }
 
+/// Makes `pid` the next pid this pid namespace gives out, if it is free then
+/// (`kernel.ns_last_pid`; needs root).
+fn next_pid_is(pid: libc::pid_t) {
+    if std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).is_err() {
+        die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
+    }
+}
+
 fn wait_child(pid: libc::pid_t) {
     let mut status = 0;
     // SAFETY: plain syscall with a valid out-pointer.
@@ -772,10 +780,7 @@ fn main() {
             };
             for _ in 0..500 {
                 let first = exec_child("/bin/true");
-                if std::fs::write("/proc/sys/kernel/ns_last_pid", (first - 1).to_string()).is_err()
-                {
-                    die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
-                }
+                next_pid_is(first);
                 let second = exec_child("/bin/false");
                 if second == first {
                     println!("{{\"pid\":{first}}}");
@@ -786,9 +791,7 @@ fn main() {
         }
         "fork-onto" => {
             let want: libc::pid_t = arg(1).parse().unwrap_or_else(|_| die("bad PID"));
-            if std::fs::write("/proc/sys/kernel/ns_last_pid", (want - 1).to_string()).is_err() {
-                die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
-            }
+            next_pid_is(want);
             // SAFETY: the child only exits.
             let pid = unsafe { libc::fork() };
             if pid == 0 {

@@ -4,8 +4,10 @@
 # For `record` and `monitor`, with the real programs and with empty ones (the floor), it
 # prints the time inside forkprof's eBPF programs per spawn, from kernel.bpf_stats_enabled.
 # Usage (root, after `cargo xtask bench --only control --pairs 1` has built the loop):
-#   [IDLE=10000] [ROUNDS=2] [SPAWNERS=2] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
-# SPAWNERS=1 runs one loop: the same trace-all mode without a second spawner.
+#   [IDLE=10000] [ROUNDS=2] [SPAWNERS=2] [STOP_AGENT=1] [FORKPROF=path/to/forkprof] bench/busy-host.sh [ITERATIONS]
+# SPAWNERS=1 runs one loop: the same trace-all mode without a second spawner. STOP_AGENT=1
+# stops the agent (SIGSTOP) while the loops run and lets it go on after: an agent that does
+# not drain the ring buffer, as one starved of CPU on a busy host.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/bench/start-agent.sh"
@@ -50,8 +52,10 @@ measure() { # MODE LABEL [ENV...]
   start_agent "$ready" "$work/agent.err" env "$@" "$fp" "${args[@]}"
   sysctl -qw kernel.bpf_stats_enabled=1
   local pids=() _
+  if [ -n "${STOP_AGENT:-}" ]; then kill -STOP "$agent"; fi
   for _ in $(seq "$spawners"); do "$loop" "$n" "$true_dyn" >/dev/null & pids+=($!); done
   wait "${pids[@]}"
+  if [ -n "${STOP_AGENT:-}" ]; then kill -CONT "$agent"; fi
   bpftool prog show -j > "$work/progs.json"
   cp "$work/progs.json" "$work/$mode-$label-$((++measured)).json"
   sysctl -qw kernel.bpf_stats_enabled=0

@@ -194,6 +194,15 @@ pub(crate) static KERNEL_LAYOUT: KernelLayout = KernelLayout {
 /// path. A read-only global.
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: u64 = 256 << 10;
+
+/// 1 once an exit record has asked for a wakeup past `WAKEUP_BYTES`, until an exit record
+/// finds fewer bytes waiting (the agent has drained the ring). A wakeup costs the submitting
+/// program an irq_work interrupt, about 15 µs on the VMs measured: while the agent does not
+/// drain (stopped, or starved of CPU on a busy host), asking again on every exit would cost
+/// every spawn that much (docs/kernel-findings.md, "A stalled agent"). One wakeup per
+/// fill is enough: the agent drains the whole ring when woken, and polls anyway.
+#[unsafe(no_mangle)]
+static mut WAKEUP_ASKED: u64 = 0;
 const BPF_RB_AVAIL_DATA: u64 = 0;
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -208,15 +217,28 @@ pub const WAKE: u64 = BPF_RB_FORCE_WAKEUP;
 /// costs a helper call that reads the agent's consumer position.
 pub const QUIET: u64 = BPF_RB_NO_WAKEUP;
 
-/// Flags for a process's exit record (see `WAKEUP_BYTES`, `QUIET`).
+/// Flags for a process's exit record (see `WAKEUP_BYTES`, `WAKEUP_ASKED`, `QUIET`).
 #[inline(always)]
 pub fn submit_flags() -> u64 {
     // SAFETY: as in `trace_all`.
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) } {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
+    let full =
+        EVENTS.query(BPF_RB_AVAIL_DATA) >= unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) };
+    let asked = core::ptr::addr_of_mut!(WAKEUP_ASKED);
+    // SAFETY: a global that lives as long as the program, written whole; two CPUs racing
+    // here at most ask twice, or clear it once too early (the next full ring asks again).
+    unsafe {
+        if core::ptr::read_volatile(asked) != 0 {
+            if !full {
+                core::ptr::write_volatile(asked, 0);
+            }
+            return BPF_RB_NO_WAKEUP;
+        }
+        if !full {
+            return BPF_RB_NO_WAKEUP;
+        }
+        core::ptr::write_volatile(asked, 1);
     }
+    BPF_RB_FORCE_WAKEUP
 }
 
 /// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`).

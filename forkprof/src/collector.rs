@@ -11,8 +11,10 @@ use crate::model::trace::LostCounts;
 
 /// How promptly the agent collects records: how often it polls the ring buffer, and how many
 /// unread bytes make the kernel wake it sooner (the eBPF crate's `WAKEUP_BYTES`; the ring
-/// buffer holds 16 MiB). Only a process's exit record can wake it, so at most one wakeup per
-/// process.
+/// buffer holds 16 MiB). Only a process's exit record can wake it, and only the first to
+/// find the ring past the threshold: an agent that has not drained since (stopped, or
+/// starved of CPU) is not woken again until it has, so that each exit meanwhile does not pay
+/// for an interrupt (docs/kernel-findings.md, "A stalled agent is woken once per fill").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pace {
     pub poll: Duration,

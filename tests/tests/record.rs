@@ -221,6 +221,16 @@ fn binary_row<'a>(rep: &'a Value, binary: &Path) -> Option<&'a Value> {
         .find(|r| r["binary"].as_str() == Some(binary))
 }
 
+/// Runs `fp-workload spawn METHOD SPAWNS BIN` and returns its status.
+fn spawn_probe(method: &str, spawns: u64, bin: &Path) -> std::process::ExitStatus {
+    Command::new(workload())
+        .args(["spawn", method, &spawns.to_string()])
+        .arg(bin)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+}
+
 /// `forkprof record -o DB`, system-wide until SIGINT, its stderr piped.
 fn record_system_wide(db: &Path) -> std::process::Child {
     Command::new(forkprof())
@@ -307,13 +317,7 @@ fn record_stopped_again_while_deriving_keeps_every_record() {
         }
     };
     until("forkprof: recording");
-    let spawned = Command::new(workload())
-        .args(["spawn", "vfork", &SPAWNS.to_string()])
-        .arg(&bin)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(spawned.success());
+    assert!(spawn_probe("vfork", SPAWNS.into(), &bin).success());
     // SAFETY: plain syscall.
     unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
     until("forkprof: tracing stopped; deriving");
@@ -747,12 +751,8 @@ fn a_stopped_agent_is_woken_once_per_fill_and_loses_nothing() {
     // SAFETY: plain syscall.
     unsafe { libc::kill(agent, libc::SIGSTOP) };
     let before = irq_work_interrupts();
-    let spawned = Command::new(workload())
-        .args(["spawn", "fork", &SPAWNS.to_string()])
-        .arg(&bin)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
+    // Checked once the agent runs again, so that a failure leaves no stopped agent behind.
+    let spawned = spawn_probe("fork", SPAWNS, &bin);
     let raised = irq_work_interrupts() - before;
     // SAFETY: plain syscalls.
     unsafe {

@@ -231,6 +231,15 @@ fn spawn_probe(method: &str, spawns: u64, bin: &Path) -> std::process::ExitStatu
         .unwrap()
 }
 
+/// The report of recording `db` holds `spawns` processes of `bin` and lost nothing.
+fn every_probe_recorded(db: &Path, bin: &Path, spawns: u64) {
+    let (code, rep, err) = report_json(db, &[]);
+    assert_eq!(code, 0, "{err}");
+    let row = binary_row(&rep, bin).expect("probe binary recorded");
+    assert_eq!(row["processes"], spawns);
+    assert_eq!(rep["summary"]["lost_events"], 0);
+}
+
 /// `forkprof record -o DB`, system-wide until SIGINT, its stderr piped.
 fn record_system_wide(db: &Path) -> std::process::Child {
     Command::new(forkprof())
@@ -339,11 +348,7 @@ fn record_stopped_again_while_deriving_keeps_every_record() {
         ),
         "0"
     );
-    let (code, rep, err) = report_json(&db, &[]);
-    assert_eq!(code, 0, "{err}");
-    let row = binary_row(&rep, &bin).expect("probe binary recorded");
-    assert_eq!(row["processes"], SPAWNS);
-    assert_eq!(rep["summary"]["lost_events"], 0);
+    every_probe_recorded(&db, &bin, SPAWNS.into());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -767,11 +772,7 @@ fn a_stopped_agent_is_woken_once_per_fill_and_loses_nothing() {
         "{raised} irq_work interrupts while {SPAWNS} processes exited beside a stopped agent \
          (at least {past_threshold} of them past the wakeup threshold)"
     );
-    let (code, rep, err) = report_json(&db, &[]);
-    assert_eq!(code, 0, "{err}");
-    let row = binary_row(&rep, &bin).expect("probe binary recorded");
-    assert_eq!(row["processes"], SPAWNS);
-    assert_eq!(rep["summary"]["lost_events"], 0);
+    every_probe_recorded(&db, &bin, SPAWNS);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

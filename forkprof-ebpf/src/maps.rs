@@ -197,10 +197,11 @@ static WAKEUP_BYTES: u64 = 256 << 10;
 
 /// 1 once an exit record has asked for a wakeup past `WAKEUP_BYTES`, until an exit record
 /// finds fewer bytes waiting (the agent has drained the ring). A wakeup costs the submitting
-/// program an irq_work interrupt, about 15 µs on the VMs measured: while the agent does not
+/// program an irq_work interrupt, about 16 µs on the VM measured: while the agent does not
 /// drain (stopped, or starved of CPU on a busy host), asking again on every exit would cost
-/// every spawn that much (docs/kernel-findings.md, "A stalled agent"). One wakeup per
-/// fill is enough: the agent drains the whole ring when woken, and polls anyway.
+/// every spawn that much (docs/kernel-findings.md, "A stalled agent is woken once per
+/// fill"). One wakeup per fill is enough: the agent drains the whole ring when woken, and
+/// polls anyway.
 #[unsafe(no_mangle)]
 static mut WAKEUP_ASKED: u64 = 0;
 const BPF_RB_AVAIL_DATA: u64 = 0;
@@ -213,8 +214,9 @@ pub const WAKE: u64 = BPF_RB_FORCE_WAKEUP;
 
 /// Flags for the ring-buffer submit of every record but a process's exit: no wakeup. The
 /// agent's periodic poll collects them, and the exit record, one per process, asks for a
-/// wakeup when `WAKEUP_BYTES` are waiting (`submit_flags`): a fill query on every record
-/// costs a helper call that reads the agent's consumer position.
+/// wakeup when `WAKEUP_BYTES` are waiting and no exit has asked since the agent last drained
+/// (`submit_flags`): a fill query on every record costs a helper call that reads the agent's
+/// consumer position.
 pub const QUIET: u64 = BPF_RB_NO_WAKEUP;
 
 /// Flags for a process's exit record (see `WAKEUP_BYTES`, `WAKEUP_ASKED`, `QUIET`).

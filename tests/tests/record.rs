@@ -733,9 +733,9 @@ fn irq_work_interrupts() -> u64 {
 
 /// An agent that does not drain the ring buffer (stopped here; starved of CPU on a busy
 /// host) is woken once per fill, not at every exit: each wakeup is an irq_work interrupt
-/// taken inside the exiting process's program, about 15 µs on the VMs measured
-/// (docs/kernel-findings.md, "A stalled agent"). Nothing is lost: once the agent runs again
-/// it collects every record.
+/// taken inside the exiting process's program, about 16 µs on the VM measured
+/// (docs/kernel-findings.md, "A stalled agent is woken once per fill"). Nothing is lost:
+/// once the agent runs again it collects every record.
 #[test]
 fn a_stopped_agent_is_woken_once_per_fill_and_loses_nothing() {
     needs_root!();

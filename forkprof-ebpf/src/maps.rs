@@ -223,24 +223,25 @@ pub const QUIET: u64 = BPF_RB_NO_WAKEUP;
 #[inline(always)]
 pub fn submit_flags() -> u64 {
     // SAFETY: as in `trace_all`.
-    let full =
-        EVENTS.query(BPF_RB_AVAIL_DATA) >= unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) };
+    let full = u64::from(
+        EVENTS.query(BPF_RB_AVAIL_DATA) >= unsafe { core::ptr::read_volatile(&WAKEUP_BYTES) },
+    );
     let asked = core::ptr::addr_of_mut!(WAKEUP_ASKED);
+    // Asked and still full, or not asked and not full: nothing to do. Else the flag follows
+    // the fill, and only a fill not asked for yet asks.
     // SAFETY: a global that lives as long as the program, written whole; two CPUs racing
     // here at most ask twice, or clear it once too early (the next full ring asks again).
     unsafe {
-        if core::ptr::read_volatile(asked) != 0 {
-            if !full {
-                core::ptr::write_volatile(asked, 0);
-            }
+        if core::ptr::read_volatile(asked) == full {
             return BPF_RB_NO_WAKEUP;
         }
-        if !full {
-            return BPF_RB_NO_WAKEUP;
-        }
-        core::ptr::write_volatile(asked, 1);
+        core::ptr::write_volatile(asked, full);
     }
-    BPF_RB_FORCE_WAKEUP
+    if full != 0 {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    }
 }
 
 /// How the syscall hooks in use see ia32 syscalls (`ia32_syscalls::MODE`).

@@ -931,6 +931,41 @@ pub fn check_exec_threads(report: &Value, count: u64, program: &str) -> Result<S
     }
 }
 
+/// How long each vfork child of `fp-workload vfork-killed` sleeps before it exits, in ns.
+pub const VFORK_KILLED_CHILD_SLEEP_NS: f64 = 1e9;
+
+/// Checks a `forkprof run --json` report of `fp-workload vfork-killed`: four processes, each
+/// killed (by exit_group, or by another thread's exec) while one of its threads, the main one
+/// or another, waited inside vfork for a child that sleeps `VFORK_KILLED_CHILD_SLEEP_NS`. The
+/// vfork syscall still returns in the dying thread, so each of the four vforks is recorded,
+/// and its `vfork_wait` ends there: shorter than the child's sleep, which it would span had
+/// the window closed only at the child's exit. Returns a one-line summary, or what is wrong.
+pub fn check_vfork_killed(report: &Value) -> Result<String, String> {
+    let waits: Vec<Option<f64>> = report["processes"]
+        .as_array()
+        .ok_or("no processes array")?
+        .iter()
+        .filter(|p| p["method"] == "vfork")
+        .map(|p| p["phases"]["vfork_wait"].as_f64())
+        .collect();
+    let ms: Vec<String> = waits
+        .iter()
+        .map(|w| w.map_or("none".into(), |ns| format!("{:.0}", ns / 1e6)))
+        .collect();
+    let detail = format!("{} vforks, vfork_wait [{}] ms", waits.len(), ms.join(", "));
+    let ended_at_the_kill = waits
+        .iter()
+        .all(|w| w.is_some_and(|ns| ns > 0.0 && ns < VFORK_KILLED_CHILD_SLEEP_NS));
+    if waits.len() == 4 && ended_at_the_kill {
+        Ok(detail)
+    } else {
+        Err(format!(
+            "want 4 vforks, each vfork_wait above 0 and under the child's {} ms sleep; {detail}",
+            VFORK_KILLED_CHILD_SLEEP_NS / 1e6
+        ))
+    }
+}
+
 /// Checks a `forkprof run --json` report of `fp-workload exec-paths DIR PROGRAM` against the
 /// workload's own line (`truth`: each case's absolute binary path and errno, as the workload
 /// resolved them): each exec whose argv[0] is `fp-path-CASE` is shown with that path and

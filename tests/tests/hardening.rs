@@ -825,7 +825,8 @@ fn assert_windows_close(map: &str, agent: u32, when: &str) {
 /// the one that closes it used to count windows that never closed, which kept the kernel's
 /// hot gates open for the whole session. Then every kind of spawn the workload knows (fork,
 /// vfork, posix_spawn, threads exec'ing at once, failing execs, a storm of threads and
-/// processes, a killed process, a reused pid) must close every window it opens.
+/// processes, a killed process, a reused pid, a process killed while a thread, main or not,
+/// waits inside vfork) must close every window it opens.
 #[test]
 fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
     let _kernel = exclusive();
@@ -858,6 +859,7 @@ fn windows_close_after_a_busy_start_and_every_kind_of_spawn() {
         &[w, "cow", "100"],
         &[w, "reuse"],
         &[w, "kill", "9"],
+        &[w, "vfork-killed"],
     ] {
         let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
         assert!(

@@ -197,6 +197,23 @@ fn concurrent_execs_of_one_processs_threads_are_each_recorded() {
     }
 }
 
+/// A process killed while one of its threads waits inside vfork (by exit_group, or by
+/// another thread's exec): the dying thread's vfork still returns, so the spawn is recorded
+/// and its `vfork_wait` ends at the kill, not at the child's exit a second later. The main
+/// thread's fork in flight is kept in its process's entry and another thread's by thread id,
+/// so the workload kills each kind both ways (`hardening.rs` checks that their windows close).
+#[test]
+fn a_vfork_whose_thread_is_killed_ends_its_wait_at_the_kill() {
+    needs_root!();
+    let w = workload();
+    let run = run_traced(&[w.to_str().unwrap(), "vfork-killed"], |_| {});
+    assert_eq!(run.code(), 0, "stderr: {}", run.stderr());
+    assert_eq!(run.summary("lost_events"), 0);
+    if let Err(e) = forkprof_tests::check_vfork_killed(&run.report) {
+        panic!("{e}");
+    }
+}
+
 /// A binary run by a path that is not absolute is shown by its absolute path: `./t` in two
 /// directories is two binaries (before, one row "./t"), a failed `./missing` names the
 /// directory it was looked for in, and fexecve, execveat with a directory descriptor and

@@ -1009,6 +1009,11 @@ fn guest() -> i32 {
         .and_then(|r| forkprof_tests::check_exec_threads(&r, 50, DYN)),
     );
     t.check(
+        "vfork-killed",
+        run_report(&[WORKLOAD, "vfork-killed"], "/tmp/vfork-killed.json")
+            .and_then(|r| forkprof_tests::check_vfork_killed(&r)),
+    );
+    t.check(
         "exec-paths",
         run_report(
             &[WORKLOAD, "exec-paths", "/tmp/fp-exec-paths", DYN],

@@ -47,6 +47,12 @@
 //!                                  walks: `…/` and the last names). Each exec's argv[0]
 //!                                  is fp-path-CASE;
 //!                                  prints `{"CASE": [absolute path, errno], ...}`
+//!   vfork-killed                   four processes, each killed with a thread inside vfork's
+//!                                  wait for a child that sleeps 1 s, 100 ms after the
+//!                                  vfork: a thread other than
+//!                                  the main one vforks and the main thread calls exit_group,
+//!                                  or execs /bin/true; the main thread vforks and another
+//!                                  thread does either. Returns once the children are gone
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -275,6 +281,81 @@ unsafe fn vfork_exec(
         );
     }
     ret as libc::pid_t
+}
+
+/// vfork(2), then in the child nanosleep(`ts`) and _exit(0), without touching the parent's
+/// stack (see `vfork_exec`): the calling thread waits in vfork until the child exits, or
+/// until it is killed.
+///
+/// # Safety
+/// `ts` must be valid for nanosleep.
+unsafe fn vfork_sleep(ts: *const libc::timespec) -> libc::pid_t {
+    let ret: i64;
+    // SAFETY: the child path ends in exit; nanosleep only reads `ts`.
+    unsafe {
+        std::arch::asm!(
+            "mov eax, 58",      // vfork
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov eax, 35",      // nanosleep(rdi, rsi = NULL)
+            "syscall",
+            "xor edi, edi",
+            "mov eax, 60",      // _exit(0)
+            "syscall",
+            "2:",
+            inout("rdi") ts => _,
+            in("rsi") 0u64,
+            lateout("rax") ret,
+            out("rcx") _,
+            out("r11") _,
+        );
+    }
+    ret as libc::pid_t
+}
+
+/// A process that is killed while one of its threads waits inside vfork: `main_vforks` picks
+/// the thread (the main one, whose fork in flight the kernel keeps in the process's entry,
+/// or another, kept by thread id), and `exec` how the other thread kills it (execve of
+/// /bin/true, else exit_group). The syscall still returns in the killed thread: its window
+/// closes there. Does not return.
+fn killed_in_vfork(main_vforks: bool, exec: bool) -> ! {
+    static SLEEP: libc::timespec = libc::timespec {
+        tv_sec: (forkprof_tests::VFORK_KILLED_CHILD_SLEEP_NS / 1e9) as libc::time_t,
+        tv_nsec: 0,
+    };
+    fn kill_the_process(exec: bool) -> ! {
+        // The vforking thread is inside its wait by now.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if exec {
+            let p = cstring("/bin/true");
+            let argv = [p.as_ptr(), std::ptr::null()];
+            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+            // SAFETY: valid NUL-terminated argv and envp.
+            unsafe { libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+            die("execve /bin/true failed");
+        }
+        // SAFETY: ends every thread of the process.
+        unsafe { libc::syscall(libc::SYS_exit_group, 0) };
+        unreachable!("exit_group returned")
+    }
+    if main_vforks {
+        std::thread::spawn(move || kill_the_process(exec));
+        // SAFETY: a static timespec.
+        unsafe { vfork_sleep(&SLEEP) };
+        // Back only if the other thread has not killed the process yet.
+        loop {
+            std::thread::park();
+        }
+    }
+    std::thread::spawn(|| {
+        // SAFETY: a static timespec.
+        unsafe { vfork_sleep(&SLEEP) };
+        loop {
+            std::thread::park();
+        }
+    });
+    kill_the_process(exec)
 }
 
 /// fork(2) as a bare syscall whose child exits at once without touching memory, timed on a
@@ -816,6 +897,21 @@ fn main() {
         }
         "exec-paths" => exec_paths(arg(1), arg(2)),
         "exit" => std::process::exit(arg(1).parse().unwrap_or_else(|_| die("bad CODE"))),
+        "vfork-killed" => {
+            for (main_vforks, exec) in [(false, false), (false, true), (true, false), (true, true)]
+            {
+                // SAFETY: the child runs one scenario and ends in exit or exec.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    killed_in_vfork(main_vforks, exec);
+                }
+                wait_child(pid);
+            }
+            // The vfork children sleep on, reparented: let them exit.
+            std::thread::sleep(std::time::Duration::from_nanos(
+                forkprof_tests::VFORK_KILLED_CHILD_SLEEP_NS as u64 + 100_000_000,
+            ));
+        }
         "kill" => {
             let sig: i32 = arg(1).parse().unwrap_or_else(|_| die("bad SIGNAL"));
             // SAFETY: plain syscalls.

@@ -241,40 +241,35 @@ fn wait_child(pid: libc::pid_t) {
     }
 }
 
-/// vfork(2), then in the child execve(path) (or _exit(0) when `path` is null) without ever
-/// returning to Rust: the child borrows the parent's stack, so it must not touch it. Written
-/// in assembly because a function that returns twice cannot be expressed safely in Rust.
+/// vfork(2), then in the child the syscall `nr` with the arguments `args` and, should it
+/// return, _exit(`code`), without ever returning to Rust: the child borrows the parent's
+/// stack, so it must not touch it. Written in assembly because a function that returns twice
+/// cannot be expressed safely in Rust. The calling thread waits in vfork until the child
+/// execs or exits, or until the thread is killed.
 ///
 /// # Safety
-/// `path`, `argv` and `envp` must be valid for execve (or `path` null).
-unsafe fn vfork_exec(
-    path: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-) -> libc::pid_t {
+/// `args` must be valid for syscall `nr`.
+unsafe fn vfork_then(nr: i64, args: [u64; 3], code: i32) -> libc::pid_t {
     let ret: i64;
-    // SAFETY: the caller upholds execve's requirements; the child path ends in exit.
+    // SAFETY: the caller upholds the syscall's requirements; the child path ends in exit.
+    // The child starts with the parent's registers as they were at the vfork.
     unsafe {
         std::arch::asm!(
             "mov eax, 58",      // vfork
             "syscall",
             "test rax, rax",
             "jnz 2f",
-            "test rdi, rdi",
-            "jz 3f",
-            "mov eax, 59",      // execve(rdi, rsi, rdx)
+            "mov rax, r8",      // nr(rdi, rsi, rdx)
             "syscall",
-            "mov edi, 127",     // exec failed
-            "jmp 4f",
-            "3:",
-            "xor edi, edi",
-            "4:",
-            "mov eax, 60",      // _exit(edi)
+            "mov edi, r9d",
+            "mov eax, 60",      // _exit(code)
             "syscall",
             "2:",
-            inout("rdi") path => _,
-            in("rsi") argv,
-            in("rdx") envp,
+            inout("rdi") args[0] => _,
+            in("rsi") args[1],
+            in("rdx") args[2],
+            in("r8") nr,
+            in("r9") i64::from(code),
             lateout("rax") ret,
             out("rcx") _,
             out("r11") _,
@@ -283,35 +278,37 @@ unsafe fn vfork_exec(
     ret as libc::pid_t
 }
 
-/// vfork(2), then in the child nanosleep(`ts`) and _exit(0), without touching the parent's
-/// stack (see `vfork_exec`): the calling thread waits in vfork until the child exits, or
-/// until it is killed.
+/// vfork(2), then in the child execve(path), or _exit(0) when `path` is null (see
+/// `vfork_then`); 127 when the exec fails.
+///
+/// # Safety
+/// `path`, `argv` and `envp` must be valid for execve (or `path` null).
+unsafe fn vfork_exec(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> libc::pid_t {
+    // SAFETY: as the caller promises; _exit(0) takes no memory.
+    unsafe {
+        if path.is_null() {
+            vfork_then(libc::SYS_exit, [0; 3], 0)
+        } else {
+            vfork_then(
+                libc::SYS_execve,
+                [path as u64, argv as u64, envp as u64],
+                127,
+            )
+        }
+    }
+}
+
+/// vfork(2), then in the child nanosleep(`ts`) and _exit(0) (see `vfork_then`).
 ///
 /// # Safety
 /// `ts` must be valid for nanosleep.
 unsafe fn vfork_sleep(ts: *const libc::timespec) -> libc::pid_t {
-    let ret: i64;
-    // SAFETY: the child path ends in exit; nanosleep only reads `ts`.
-    unsafe {
-        std::arch::asm!(
-            "mov eax, 58",      // vfork
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "mov eax, 35",      // nanosleep(rdi, rsi = NULL)
-            "syscall",
-            "xor edi, edi",
-            "mov eax, 60",      // _exit(0)
-            "syscall",
-            "2:",
-            inout("rdi") ts => _,
-            in("rsi") 0u64,
-            lateout("rax") ret,
-            out("rcx") _,
-            out("r11") _,
-        );
-    }
-    ret as libc::pid_t
+    // SAFETY: as the caller promises; nanosleep only reads `ts`.
+    unsafe { vfork_then(libc::SYS_nanosleep, [ts as u64, 0, 0], 0) }
 }
 
 /// A process that is killed while one of its threads waits inside vfork: `main_vforks` picks

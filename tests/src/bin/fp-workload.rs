@@ -47,12 +47,12 @@
 //!                                  walks: `…/` and the last names). Each exec's argv[0]
 //!                                  is fp-path-CASE;
 //!                                  prints `{"CASE": [absolute path, errno], ...}`
-//!   vfork-killed                   four processes, each killed with a thread inside vfork's
-//!                                  wait for a child that sleeps 1 s, 100 ms after the
-//!                                  vfork: a thread other than
-//!                                  the main one vforks and the main thread calls exit_group,
-//!                                  or execs /bin/true; the main thread vforks and another
-//!                                  thread does either. Returns once the children are gone
+//!   vfork-killed                   four processes, each killed 100 ms after one of its
+//!                                  threads entered vfork's wait for a child that sleeps
+//!                                  1 s: a thread other than the main one vforks and the
+//!                                  main thread calls exit_group, or execs /bin/true; the
+//!                                  main thread vforks and another thread does either.
+//!                                  Returns once the children are gone
 //!   demo                           a mix of all of the above, for `cargo xtask demo`
 use std::ffi::CString;
 use std::time::Instant;
@@ -336,8 +336,7 @@ fn killed_in_vfork(main_vforks: bool, exec: bool) -> ! {
         unsafe { libc::syscall(libc::SYS_exit_group, 0) };
         unreachable!("exit_group returned")
     }
-    if main_vforks {
-        std::thread::spawn(move || kill_the_process(exec));
+    fn vfork_until_killed() -> ! {
         // SAFETY: a static timespec.
         unsafe { vfork_sleep(&SLEEP) };
         // Back only if the other thread has not killed the process yet.
@@ -345,13 +344,11 @@ fn killed_in_vfork(main_vforks: bool, exec: bool) -> ! {
             std::thread::park();
         }
     }
-    std::thread::spawn(|| {
-        // SAFETY: a static timespec.
-        unsafe { vfork_sleep(&SLEEP) };
-        loop {
-            std::thread::park();
-        }
-    });
+    if main_vforks {
+        std::thread::spawn(move || kill_the_process(exec));
+        vfork_until_killed()
+    }
+    std::thread::spawn(vfork_until_killed);
     kill_the_process(exec)
 }
 

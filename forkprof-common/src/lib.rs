@@ -202,13 +202,59 @@ pub const LD_START_MAX_SYSCALLS: u32 = 16;
 pub const LD_MAX_SYSCALLS: u32 = 1024;
 
 /// Identifies one process for the lifetime of a trace, even across pid reuse: its tgid in the
-/// initial pid namespace plus the time it was created (0 = it existed before tracing began).
+/// initial pid namespace plus the time it was created (`task_struct.start_time`), and whether
+/// that creation was traced.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProcKey {
+    /// When the process was created, CLOCK_MONOTONIC ns. 0 for a process that forkprof was
+    /// asked to trace (`run`'s CMD, `record -p`'s process): one per pid in a session.
     pub start_ns: u64,
     pub pid: u32,
-    pub _pad: u32,
+    /// 1: the process was first seen mid-life, its creation not traced (it existed before
+    /// tracing began, forkprof was asked to trace it, or it came into a `--cgroup` scope
+    /// from outside); no spawn record will name it as a child.
+    pub mid_life: u32,
+}
+
+impl ProcKey {
+    /// The key of a process first seen mid-life (see `mid_life`).
+    pub const fn mid_life(pid: u32, start_ns: u64) -> Self {
+        Self {
+            start_ns,
+            pid,
+            mid_life: 1,
+        }
+    }
+
+    /// Whether the process was first seen mid-life (see `mid_life`).
+    pub const fn is_mid_life(&self) -> bool {
+        self.mid_life != 0
+    }
+
+    /// `start_ns` as recordings and exports show it, one number that keeps the key whole:
+    /// the start time of a process whose creation was traced, and minus it for one first
+    /// seen mid-life (0 for a process forkprof was asked to trace). Start times stay below
+    /// 2^63 (CLOCK_MONOTONIC would take 292 years to reach it).
+    pub const fn stored_start_ns(&self) -> i64 {
+        let start = self.start_ns as i64;
+        if self.is_mid_life() { -start } else { start }
+    }
+
+    /// The key of process `pid` whose `start_ns` was stored as `stored_start_ns` shows it;
+    /// `None` for `i64::MIN`, which no start time gives. Recordings made before schema 8
+    /// stored 0 for every process first seen mid-life.
+    pub const fn from_stored(pid: u32, stored: i64) -> Option<Self> {
+        match stored {
+            i64::MIN => None,
+            s if s > 0 => Some(Self {
+                start_ns: s as u64,
+                pid,
+                mid_life: 0,
+            }),
+            s => Some(Self::mid_life(pid, (-s) as u64)),
+        }
+    }
 }
 
 #[repr(C)]
@@ -530,6 +576,9 @@ pub struct KernelLayout {
     /// `task_struct.start_time`: when copy_process made the task, CLOCK_MONOTONIC ns (the
     /// clock of `bpf_ktime_get_ns`).
     pub task_start_time: u32,
+    /// `task_struct.group_leader`: the process's main thread, whose `start_time` is the
+    /// process's.
+    pub task_group_leader: u32,
     /// `task_struct.mm`, `mm_struct.arg_start`, `.arg_end`: where a new image's argv lies.
     pub task_mm: u32,
     pub mm_arg_start: u32,

@@ -162,6 +162,7 @@ pub(crate) static KERNEL_LAYOUT: KernelLayout = KernelLayout {
     exit_at_syscall: 0,
     task_comm: 0,
     task_start_time: 0,
+    task_group_leader: 0,
     task_mm: 0,
     mm_arg_start: 0,
     mm_arg_end: 0,
@@ -329,6 +330,14 @@ pub fn count_unseen_spawn(tgid: u32) {
             set_ia32(unsafe { &mut *ps }, true);
         }
     }
+}
+
+/// When the current process was created: its main thread's `start_time`.
+#[inline(always)]
+pub fn current_start_time() -> u64 {
+    BtfPtr::current_task()
+        .ptr_at(kernel_layout!(task_group_leader))
+        .u64_at(kernel_layout!(task_start_time))
 }
 
 /// The current task's `pt_regs` (its user registers at the syscall's entry), typed, for a
@@ -699,28 +708,37 @@ pub fn proc_of(tgid: u32) -> Option<*mut ProcState> {
     PROCS_SPILL.get_ptr_mut(tgid)
 }
 
-/// The state of a traced process; a process not yet traced is added with `start_ns == 0`
-/// ("existed before tracing", or created outside the scope) when it is a seed, or in
-/// trace-all mode (inside the `--cgroup` scope, if any: see `in_scope`), once every program
-/// is attached (`ATTACHED`).
+/// The state of traced process `tgid`, the current task's; a process not yet traced is
+/// added, first seen mid-life (`ProcKey::mid_life`), when it is a seed (with `start_ns` 0),
+/// or in trace-all mode (inside the `--cgroup` scope, if any: see `in_scope`), once every
+/// program is attached (`ATTACHED`).
+///
+/// An entry first seen mid-life whose start time is not the current process's is a previous
+/// process's with the same pid, whose exit went unseen or is still waiting for its task to
+/// be freed: a process that came into a `--cgroup` scope from outside, whose creation no
+/// hook checked for such an entry. That entry goes first (`fork::retire`).
 #[inline(always)]
 pub fn proc_state(tgid: u32, create: bool) -> Option<*mut ProcState> {
     if let Some(p) = proc_of(tgid) {
-        return Some(p);
+        // SAFETY: map value of a traced process.
+        let key = unsafe { (*p).key };
+        if key.mid_life == 0 || key.start_ns == 0 || key.start_ns == current_start_time() {
+            return Some(p);
+        }
+        crate::probes::fork::retire(tgid);
     }
     if !create || !all_attached() {
         return None;
     }
-    if !(trace_all() && in_scope()) {
+    let start_ns = if trace_all() && in_scope() {
+        current_start_time()
+    } else {
         SEEDS.get_ptr(tgid)?;
         let _ = SEEDS.remove(tgid);
-    }
+        0
+    };
     let fresh = NewProc {
-        key: ProcKey {
-            start_ns: 0,
-            pid: tgid,
-            _pad: 0,
-        },
+        key: ProcKey::mid_life(tgid, start_ns),
         // First seen in an ia32 syscall: a 32-bit process (see `ProcState::ia32`).
         ia32: u32::from(in_compat_syscall()),
         ..Default::default()
@@ -835,7 +853,7 @@ fn fill(ps: &mut ProcState, new: &NewProc) {
     // Volatile, as `owner` in `insert_proc`: no `memset`.
     store(&mut ps.key.start_ns, new.key.start_ns);
     store(&mut ps.key.pid, new.key.pid);
-    store(&mut ps.key._pad, new.key._pad);
+    store(&mut ps.key.mid_life, new.key.mid_life);
     ps.parent_tgid = new.parent_tgid;
     ps.in_cow_window = new.in_cow_window;
     ps.child_state = new.child_state;

@@ -293,6 +293,7 @@ pub fn inspect(data: &[u8], tracepoints: &[&'static str]) -> Result<KernelInfo> 
             task_exit_signal: field("exit_signal")?,
             task_comm: field("comm")?,
             task_start_time: field("start_time")?,
+            task_group_leader: field("group_leader")?,
             task_mm: field("mm")?,
             ..Default::default()
         },
@@ -346,13 +347,13 @@ mod tests {
 
     /// Builds a BTF blob: `struct task_struct { int pid; int tgid; union { int exit_code; };
     /// struct signal_struct *signal; int comm; int start_time; int mm; struct thread_info
-    /// thread_info; int exit_signal; }`, `struct thread_info { int flags; int status; }` (the real types
+    /// thread_info; int exit_signal; struct task_struct *group_leader; }`, `struct thread_info { int flags; int status; }` (the real types
     /// differ; only the offsets matter here), `struct mm_struct { int x; int arg_start; int
     /// arg_end; int map_count; }`, `struct linux_binprm { int filename; int argc; }`, `struct signal_struct { int x; int live; }`, and
     /// `typedef void (*btf_trace_sched_process_exit)(void *, struct task_struct *, bool)`.
     fn sample(group_dead: bool) -> Vec<u8> {
         let strings =
-            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0map_count\0linux_binprm\0filename\0argc\0thread_info\0flags\0status\0exit_signal\0";
+            b"\0int\0task_struct\0pid\0tgid\0exit_code\0signal\0signal_struct\0live\0x\0bool\0btf_trace_sched_process_exit\0comm\0start_time\0mm\0mm_struct\0arg_start\0arg_end\0map_count\0linux_binprm\0filename\0argc\0thread_info\0flags\0status\0exit_signal\0group_leader\0";
         let s = |name: &str| {
             let hay = std::str::from_utf8(strings).unwrap();
             hay.find(&format!("\0{name}\0")).unwrap() as u32 + 1
@@ -368,7 +369,7 @@ mod tests {
         // 2: anonymous union { int exit_code; }
         push(&[0, (5 << 24) | 1, 4, s("exit_code"), 1, 0]);
         // 3: struct task_struct
-        push(&[s("task_struct"), (4 << 24) | 9, 64]);
+        push(&[s("task_struct"), (4 << 24) | 10, 64]);
         push(&[
             s("pid"),
             1,
@@ -397,6 +398,9 @@ mod tests {
             s("exit_signal"),
             1,
             448,
+            s("group_leader"),
+            6,
+            480,
         ]);
         // 4: struct signal_struct { int x; int live; }
         push(&[s("signal_struct"), (4 << 24) | 2, 8]);
@@ -468,6 +472,7 @@ mod tests {
         assert_eq!((l.bprm_filename, l.bprm_argc), (0, 4));
         assert_eq!(l.task_thread_status, 52);
         assert_eq!(l.task_exit_signal, 56);
+        assert_eq!(l.task_group_leader, 60);
         assert!(info.signal_live_missing.is_none());
         // The sample has no fs_struct, dentry or mount: the path walk is off, and says why,
         // and the rest of the layout is still read.

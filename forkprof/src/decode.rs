@@ -284,7 +284,7 @@ mod tests {
                 proc: ProcKey {
                     start_ns: 4,
                     pid: 42,
-                    _pad: 0,
+                    mid_life: 0,
                 },
             },
             parent: ProcKey::default(),
@@ -376,7 +376,7 @@ mod tests {
             proc: ProcKey {
                 start_ns: 4,
                 pid,
-                _pad: 0,
+                mid_life: 0,
             },
         }
     }

@@ -1,9 +1,10 @@
-//! Processes found running when tracing starts. Their records start mid-life (`start_ns`
-//! 0): no spawn record names their parent and no exec record their binary, so /proc does
-//! (`model::trace::Found`). /proc is read once, right after the programs are attached: a
-//! process missing from it was created later, and its spawn record was seen. Each label is
-//! handed to the trace (and the recording) when its process first appears in a record, so
-//! a system-wide trace stores only the processes it saw.
+//! Processes found running when tracing starts. Their records start mid-life
+//! (`ProcKey::mid_life`): no spawn record names their parent and no exec record their
+//! binary, so /proc does (`model::trace::Found`). /proc is read once, right after the
+//! programs are attached: a process missing from it was created later, and its spawn record
+//! was seen (or, under `--cgroup`, it came into the scope from outside: it is read at first
+//! sight). Each label is handed to the trace (and the recording) when its process first
+//! appears in a record, so a system-wide trace stores only the processes it saw.
 use std::collections::{HashMap, HashSet};
 
 use forkprof_common::ProcKey;
@@ -13,11 +14,15 @@ use crate::model::trace::{Found, comm_label};
 
 #[derive(Debug, Default)]
 pub struct Snapshot {
+    /// By pid, keyed as `ProcKey::mid_life(pid, 0)` until handed out.
     found: HashMap<u32, Found>,
+    /// When /proc was last read (CLOCK_MONOTONIC): a process that started later is not the
+    /// one /proc showed under its pid.
+    taken_ns: u64,
     /// Also read /proc at first sight for a process first seen mid-life that was not in
     /// /proc at the start (`--cgroup`: it entered the scope later, perhaps before the
-    /// scope's hooks were attached): the pids read so far.
-    late: Option<HashSet<u32>>,
+    /// scope's hooks were attached): the processes read so far.
+    late: Option<HashSet<ProcKey>>,
 }
 
 impl Snapshot {
@@ -45,7 +50,7 @@ impl Snapshot {
         let found: Vec<Found> = seen
             .iter()
             .map(|(pid, binary, ppid)| Found {
-                pid: *pid,
+                key: ProcKey::mid_life(*pid, 0),
                 binary: binary.clone(),
                 parent_binary: match labels.get(ppid) {
                     Some(b) => Some(b.to_vec()),
@@ -54,7 +59,8 @@ impl Snapshot {
                 },
             })
             .collect();
-        self.found.extend(found.into_iter().map(|f| (f.pid, f)));
+        self.found.extend(found.into_iter().map(|f| (f.key.pid, f)));
+        self.taken_ns = crate::session::monotonic_ns();
     }
 
     /// The processes of a `--cgroup` scope now (the cgroup directory `dir` and those below
@@ -75,7 +81,9 @@ impl Snapshot {
     }
 
     /// The labels of the processes that `record` shows for the first time: each is handed
-    /// out once, and only for a process that existed before tracing (`start_ns` 0).
+    /// out once, and only for a process first seen mid-life: /proc's label from the start
+    /// for one that started before it was read, and in a scope, /proc's now for one that
+    /// came in later (a late arrival that reuses a pid has a label of its own).
     pub fn first_sight(&mut self, record: &Record) -> [Option<Found>; 2] {
         if self.found.is_empty() && self.late.is_none() {
             return [None, None];
@@ -86,22 +94,25 @@ impl Snapshot {
             Record::Ld(r) => (r.hdr.proc, None),
             Record::Exit(r) => (r.hdr.proc, None),
         };
+        let taken_ns = self.taken_ns;
         let mut take = |key: ProcKey| {
-            if key.start_ns != 0 {
+            if !key.is_mid_life() {
                 return None;
             }
-            if let Some(found) = self.found.remove(&key.pid) {
-                self.late.as_mut().map(|late| late.insert(key.pid));
-                return Some(found);
+            if key.start_ns < taken_ns
+                && let Some(found) = self.found.remove(&key.pid)
+            {
+                self.late.as_mut().map(|late| late.insert(key));
+                return Some(Found { key, ..found });
             }
-            // Once per pid: gone already, it keeps the [comm] of its exit record.
+            // Once per process: gone already, it keeps the [comm] of its exit record.
             let late = self.late.as_mut()?;
-            if !late.insert(key.pid) {
+            if !late.insert(key) {
                 return None;
             }
             let (binary, ppid) = read(key.pid)?;
             Some(Found {
-                pid: key.pid,
+                key,
                 binary,
                 parent_binary: (ppid != 0).then(|| read(ppid).map(|(b, _)| b)).flatten(),
             })
@@ -152,30 +163,46 @@ mod tests {
 
     #[test]
     fn a_label_is_handed_out_once_and_only_for_processes_that_predate_tracing() {
-        let mut s = Snapshot::default();
-        for pid in [10, 11] {
+        let mut s = Snapshot {
+            taken_ns: 1_000,
+            ..Snapshot::default()
+        };
+        for pid in [10, 11, 12] {
             s.found.insert(
                 pid,
                 Found {
-                    pid,
+                    key: ProcKey::mid_life(pid, 0),
                     binary: b"/bin/bash".to_vec(),
                     parent_binary: None,
                 },
             );
         }
+        let pre = |pid| ProcKey::mid_life(pid, 500);
         // A process created under tracing that reuses pid 11 is not the one /proc showed.
         assert_eq!(
             s.first_sight(&exec(key(11, 5), 200_000, b"/bin/a", 0, 0)),
             [None, None]
         );
-        let [own, parent] = s.first_sight(&spawn(key(10, 0), key(12, 100), 57, 17));
-        assert_eq!((own, parent.map(|f| f.pid)), (None, Some(10)));
+        let [own, parent] = s.first_sight(&spawn(pre(10), key(13, 2_000), 57, 17));
+        assert_eq!((own, parent.map(|f| f.key)), (None, Some(pre(10))));
         assert_eq!(
-            s.first_sight(&exec(key(10, 0), 300_000, b"/bin/b", 0, 0)),
+            s.first_sight(&exec(pre(10), 300_000, b"/bin/b", 0, 0)),
             [None, None]
         );
-        let [own, _] = s.first_sight(&exec(key(11, 0), 400_000, b"/bin/c", 0, 0));
-        assert_eq!(own.map(|f| f.pid), Some(11));
+        let [own, _] = s.first_sight(&exec(pre(11), 400_000, b"/bin/c", 0, 0));
+        assert_eq!(own.map(|f| f.key), Some(pre(11)));
+        // Nor is one first seen mid-life that started after /proc was read (it came into a
+        // scope later, with a pid /proc showed another process under).
+        assert_eq!(
+            s.first_sight(&exec(
+                ProcKey::mid_life(12, 1_500),
+                500_000,
+                b"/bin/d",
+                0,
+                0
+            )),
+            [None, None]
+        );
     }
 
     #[test]
@@ -192,6 +219,11 @@ mod tests {
             Some(exe.as_os_str().as_encoded_bytes().to_vec())
         );
         assert_eq!(s.first_sight(&record), [None, None], "handed out once");
+        // A later process under the same pid, also first seen mid-life, has a label of its
+        // own.
+        let again = ProcKey::mid_life(me, crate::session::monotonic_ns());
+        let [own, _] = s.first_sight(&exec(again, 300_000, b"/bin/a", 0, 0));
+        assert_eq!(own.map(|f| f.key), Some(again));
         // One created under tracing has its spawn record: never read from /proc.
         assert_eq!(
             s.first_sight(&exec(key(me + 1, 5), 300_000, b"/bin/b", 0, 0)),

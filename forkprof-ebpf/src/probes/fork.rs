@@ -83,7 +83,7 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
         key: ProcKey {
             start_ns: created,
             pid: child_tgid,
-            _pad: 0,
+            mid_life: 0,
         },
         parent_tgid: tgid,
         in_cow_window: u32::from(!shares_vm),
@@ -93,20 +93,12 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
         // A 32-bit parent's child runs its image until it execs.
         ia32: u32::from(parent.ia32 != 0),
     };
-    // The task cannot have run yet, so an entry under its pid is a previous process's. Its
-    // exit may still wait for a notification it will never get (a parent that ignores
-    // SIGCHLD: the exit is sent from sched_process_free, after the pid was freed): that exit
-    // goes now, counted as without notification, and the new process takes the entry.
+    // The task cannot have run yet, so an entry under its pid is a previous process's: it
+    // goes, and the new process takes the entry.
     match maps::insert_proc(child_tgid, &child) {
         Ok(_) => {}
         Err(maps::NotInserted::Present) => {
-            finish_exit(child_tgid, false);
-            // An entry without a pending exit (a process whose exit was never seen) goes too.
-            if let Some(stale) = maps::proc_of(child_tgid) {
-                // SAFETY: map value of a traced process.
-                forget(unsafe { &mut *stale });
-            }
-            maps::remove_proc(child_tgid);
+            retire(child_tgid);
             if maps::insert_proc(child_tgid, &child).is_err() {
                 return;
             }
@@ -117,6 +109,21 @@ pub fn on_newtask(ctx: &BtfTracePointContext) {
     if !shares_vm {
         maps::active_add(active::COW, 1);
     }
+}
+
+/// Removes the entry under `tgid` of a previous process with that pid, whose pid a new
+/// process has: its exit, if it waits for a notification it will never get (a parent that
+/// ignores SIGCHLD: the exit is sent from sched_process_free, after the pid was freed), goes
+/// now, counted as without notification; an entry without a pending exit (a process whose
+/// exit was never seen) is forgotten.
+#[inline(never)]
+pub fn retire(tgid: u32) {
+    finish_exit(tgid, false);
+    if let Some(stale) = maps::proc_of(tgid) {
+        // SAFETY: map value of a traced process.
+        forget(unsafe { &mut *stale });
+    }
+    maps::remove_proc(tgid);
 }
 
 /// The entry of a process whose exit was never seen, before it is removed: the
@@ -158,11 +165,7 @@ pub fn on_exit(ret: i64) {
     let parent = match ps {
         // SAFETY: map value of a traced process.
         Some(p) => unsafe { (*p).key },
-        None => ProcKey {
-            start_ns: 0,
-            pid: tgid,
-            _pad: 0,
-        },
+        None => ProcKey::mid_life(tgid, maps::current_start_time()),
     };
 
     let end = maps::now();
@@ -179,7 +182,7 @@ pub fn on_exit(ret: i64) {
         ProcKey {
             start_ns: fs.created_ns,
             pid: fs.child_tid,
-            _pad: 0,
+            mid_life: 0,
         }
     };
     let Some(mut entry) = EVENTS.reserve::<SpawnRecord>(0) else {

@@ -122,7 +122,7 @@ impl Live {
     }
 
     /// Finishes every process that has exited and has all its records: its spawn record was
-    /// read, or none is due (it existed before tracing began, `start_ns` 0), or `GRACE_NS`
+    /// read, or none is due (it was first seen mid-life: `ProcKey::mid_life`), or `GRACE_NS`
     /// has passed since its exit by `now_ns`. `is_static` tells statically linked binaries
     /// (dynamic-linker phases 0).
     pub fn sweep(&mut self, now_ns: u64, is_static: &dyn Fn(&[u8]) -> bool) -> Vec<Finished> {
@@ -131,7 +131,7 @@ impl Live {
             |p| {
                 p.exit.is_some_and(|x| {
                     p.spawn.is_some()
-                        || p.key.start_ns == 0
+                        || p.key.is_mid_life()
                         || x.exit_ns.saturating_add(GRACE_NS) <= now_ns
                 })
             },
@@ -433,7 +433,7 @@ mod tests {
         live.ingest(exit(unnamed, 0));
         let late = key(4, 0);
         live.found(&Found {
-            pid: 4,
+            key: key(4, 0),
             binary: b"/bin/late".to_vec(),
             parent_binary: None,
         });
@@ -519,7 +519,7 @@ mod tests {
         let bash = key(300, 0);
         let child = key(301, 1_000);
         live.found(&Found {
-            pid: 300,
+            key: key(300, 0),
             binary: b"/usr/bin/bash".to_vec(),
             parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
         });

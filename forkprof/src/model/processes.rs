@@ -123,9 +123,9 @@ impl<'a> ProcessView<'a> {
         Fields {
             // pid_max is at most 2^22, so a pid always fits.
             pid: p.key.pid as i32,
-            start_ns: signed(p.key.start_ns),
+            start_ns: p.key.stored_start_ns(),
             parent_pid: p.parent.map(|k| k.pid as i32),
-            parent_start_ns: p.parent.map(|k| signed(k.start_ns)),
+            parent_start_ns: p.parent.map(|k| k.stored_start_ns()),
             binary: escape(&self.binaries.last),
             parent_binary: escape(&self.binaries.at_spawn),
             method: p.method.name(),

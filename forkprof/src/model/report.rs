@@ -129,9 +129,9 @@ pub struct ExecRow {
 #[derive(Debug, Serialize)]
 pub struct ProcessRow {
     pub pid: u32,
-    /// When the process was created (CLOCK_MONOTONIC; 0: it existed before tracing).
-    /// (pid, start_ns) identifies a process across pid reuse.
-    pub start_ns: u64,
+    /// When the process was created (CLOCK_MONOTONIC), negated for one first seen mid-life
+    /// (`ProcKey::stored_start_ns`). (pid, start_ns) identifies a process across pid reuse.
+    pub start_ns: i64,
     pub parent_pid: Option<u32>,
     pub method: Method,
     pub binary: String,
@@ -724,7 +724,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
         }
         let row = ctx.processes.then(|| ProcessRow {
             pid: p.key.pid,
-            start_ns: p.key.start_ns,
+            start_ns: p.key.stored_start_ns(),
             parent_pid: p.parent.map(|k| k.pid),
             method: p.method,
             binary: escape(&bins.last),

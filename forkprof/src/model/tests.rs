@@ -675,7 +675,7 @@ fn processes_found_running_are_labelled_from_proc() {
         "forkprof did not start it"
     );
     t.found(&Found {
-        pid: 300,
+        key: key(300, 0),
         binary: b"/usr/bin/bash".to_vec(),
         parent_binary: Some(b"/usr/bin/tmux".to_vec()),
     });
@@ -687,7 +687,7 @@ fn processes_found_running_are_labelled_from_proc() {
     // the report, but still names their parent.
     let mut t = Trace::default();
     t.found(&Found {
-        pid: 400,
+        key: key(400, 0),
         binary: b"/usr/sbin/cron".to_vec(),
         parent_binary: None,
     });

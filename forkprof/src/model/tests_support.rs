@@ -6,12 +6,10 @@ use forkprof_common::{
 
 use crate::decode::Record;
 
+/// A process created at `start_ns`, or, with 0, one first seen mid-life (as a recording
+/// stores it).
 pub fn key(pid: u32, start_ns: u64) -> ProcKey {
-    ProcKey {
-        start_ns,
-        pid,
-        _pad: 0,
-    }
+    ProcKey::from_stored(pid, start_ns as i64).unwrap()
 }
 
 pub fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {

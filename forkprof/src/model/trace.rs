@@ -304,12 +304,12 @@ impl ExitStatus {
     }
 }
 
-/// A process that existed before tracing began (its records carry `start_ns == 0`), as /proc
-/// showed it when tracing started: its records start mid-life, so they name neither the
-/// binary it runs nor its parent.
+/// A process first seen mid-life (`ProcKey::mid_life`: it existed before tracing began, or
+/// came into a `--cgroup` scope from outside), as /proc showed it: its records name neither
+/// the binary it ran before them nor its parent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Found {
-    pub pid: u32,
+    pub key: ProcKey,
     /// `/proc/PID/exe`, else `[comm]` (a kernel thread, or an exe that could not be read).
     pub binary: Vec<u8>,
     /// The same of its parent (`/proc/PID/stat`'s ppid), when known.
@@ -346,7 +346,7 @@ pub struct Trace {
     /// The process `forkprof run` started.
     pub root: Option<ProcKey>,
     /// Processes that existed before tracing began, by pid (see `Found`).
-    found: HashMap<u32, FoundLabels>,
+    found: HashMap<ProcKey, FoundLabels>,
     /// The recording machine's mounts when tracing began (empty: not known).
     pub mounts: Vec<Mount>,
     /// Cgroup v2 ids -> paths under the cgroup2 mount ("/system.slice/x.service").
@@ -516,22 +516,18 @@ impl Trace {
     }
 
     pub fn set_root(&mut self, pid: u32) {
-        let key = ProcKey {
-            start_ns: 0,
-            pid,
-            _pad: 0,
-        };
+        let key = ProcKey::mid_life(pid, 0);
         self.process(key);
         self.root = Some(key);
     }
 
-    /// Labels a process that existed before tracing began (see `Found`).
+    /// Labels a process first seen mid-life (see `Found`).
     pub fn found(&mut self, found: &Found) {
         let labels = FoundLabels {
             binary: self.intern(&found.binary),
             parent_binary: found.parent_binary.as_deref().map(|b| self.intern(b)),
         };
-        self.found.insert(found.pid, labels);
+        self.found.insert(found.key, labels);
     }
 
     /// Names a cgroup v2 id (its path under the cgroup2 mount).
@@ -559,20 +555,14 @@ impl Trace {
         self.cgroups.get(&id)
     }
 
-    /// The binary a process that existed before tracing began was running then, from /proc.
+    /// The binary a process first seen mid-life was running then, from /proc.
     pub fn found_binary(&self, key: &ProcKey) -> Option<&Shared> {
-        if key.start_ns != 0 {
-            return None;
-        }
-        self.found.get(&key.pid).map(|f| &f.binary)
+        self.found.get(key).map(|f| &f.binary)
     }
 
-    /// The binary of the parent of a process that existed before tracing began, from /proc.
+    /// The binary of the parent of a process first seen mid-life, from /proc.
     pub fn found_parent_binary(&self, key: &ProcKey) -> Option<&Shared> {
-        if key.start_ns != 0 {
-            return None;
-        }
-        self.found.get(&key.pid)?.parent_binary.as_ref()
+        self.found.get(key)?.parent_binary.as_ref()
     }
 
     pub fn ingest(&mut self, record: Record) {
@@ -712,7 +702,7 @@ impl Trace {
                 Some(names.forkprof.clone()),
                 names.empty.clone(),
             ),
-            (None, _) => match self.found.get(&p.key.pid).filter(|_| p.key.start_ns == 0) {
+            (None, _) => match self.found.get(&p.key) {
                 Some(f) => (
                     f.parent_binary
                         .clone()

@@ -266,7 +266,7 @@ fn simulated(path: &Path, n: u32) -> Writer {
     ];
     let writer = Writer::create(path, None, meta, true).unwrap();
     writer.found(&Found {
-        pid: 102,
+        key: key(102, 0),
         binary: b"/usr/sbin/cron".to_vec(),
         parent_binary: Some(b"/usr/lib/systemd/systemd".to_vec()),
     });

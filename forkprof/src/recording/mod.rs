@@ -13,7 +13,10 @@ pub use writer::Writer;
 /// 4: the `found` table (processes that existed before tracing, labelled from /proc).
 /// 5: `spawns.cgroup_id`, `execs.cgroup_id` and the `cgroups` table (id -> path).
 /// 6: `exits.cgroup_id`.
-pub const RECORDING_SCHEMA: u32 = 7;
+/// 7: `lds.objects`.
+/// 8: a process first seen mid-life is stored with minus its start time, where it was 0
+///    (two such processes with one pid were one), and `found.start_ns`.
+pub const RECORDING_SCHEMA: u32 = 8;
 
 pub const SCHEMA: &str = include_str!("schema.sql");
 

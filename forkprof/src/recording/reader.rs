@@ -39,14 +39,6 @@ pub struct Recording {
     pub meta: BTreeMap<String, String>,
 }
 
-fn key(pid: u32, start_ns: u64) -> ProcKey {
-    ProcKey {
-        start_ns,
-        pid,
-        _pad: 0,
-    }
-}
-
 fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {
     RecordHeader {
         kind,
@@ -56,12 +48,15 @@ fn hdr(kind: u32, ts_ns: u64, proc: ProcKey) -> RecordHeader {
     }
 }
 
-/// The process key in a row's columns `pid` and `start_ns`, each checked as `ns` checks a
-/// time: a pid below 0 or above u32's range is a corrupt row, refused, not wrapped.
+/// The process key in a row's columns `pid` and `start_ns` (`ProcKey::stored_start_ns`): a
+/// pid below 0 or above u32's range is a corrupt row, refused, not wrapped, and so is a start
+/// of `i64::MIN`, which no key is stored as.
 fn key_at(r: &rusqlite::Row, pid: usize, start_ns: usize) -> rusqlite::Result<ProcKey> {
     let id = ns(r, pid)?;
     let id = u32::try_from(id).map_err(|_| out_of_range(r, pid, id, "above the largest pid"))?;
-    Ok(key(id, ns(r, start_ns)?))
+    let stored = r.get::<_, i64>(start_ns)?;
+    ProcKey::from_stored(id, stored)
+        .ok_or_else(|| out_of_range(r, start_ns, stored, "below any start time"))
 }
 
 /// Opens a recording without ever writing beside it. A finished recording (or one whose
@@ -393,20 +388,25 @@ impl Recording {
         rows.collect()
     }
 
-    /// The labels of the processes found running when tracing started (schema 4; none
-    /// before).
+    /// The labels of the processes first seen mid-life (schema 4; none before, and each
+    /// with start_ns 0 before schema 8).
     fn found(&self) -> rusqlite::Result<Vec<Found>> {
         if self.schema_version() < 4 {
             return Ok(Vec::new());
         }
-        let mut s = self
-            .conn
-            .prepare("SELECT pid, binary, parent_binary FROM found")?;
+        let start = if self.schema_version() >= 8 {
+            "start_ns"
+        } else {
+            "0"
+        };
+        let mut s = self.conn.prepare(&format!(
+            "SELECT pid, {start}, binary, parent_binary FROM found"
+        ))?;
         let rows = s.query_map([], |r| {
             Ok(Found {
-                pid: r.get(0)?,
-                binary: bytes(r.get_ref(1)?).unwrap_or_default(),
-                parent_binary: bytes(r.get_ref(2)?),
+                key: key_at(r, 0, 1)?,
+                binary: bytes(r.get_ref(2)?).unwrap_or_default(),
+                parent_binary: bytes(r.get_ref(3)?),
             })
         })?;
         rows.collect()
@@ -675,7 +675,7 @@ mod tests {
         let (dir, path) = written(
             "found",
             &[Found {
-                pid: 300,
+                key: key(300, 0),
                 binary: b"/usr/bin/bash".to_vec(),
                 parent_binary: Some(b"/usr/sbin/sshd".to_vec()),
             }],
@@ -707,6 +707,75 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Two processes first seen mid-life under one pid (under `--cgroup`, one that came into
+    /// the scope, then a later one under its pid) are two processes, each with its own
+    /// label, stored with minus their start times; a schema 7 recording, whose found table
+    /// has no `start_ns` and whose mid-life processes are all 0, still reads its labels.
+    #[test]
+    fn two_processes_first_seen_mid_life_under_one_pid_stay_two() {
+        let (first, second) = (ProcKey::mid_life(300, 500), ProcKey::mid_life(300, 900));
+        let label = |key, binary: &[u8]| Found {
+            key,
+            binary: binary.to_vec(),
+            parent_binary: None,
+        };
+        let (dir, path) = written(
+            "mid-life",
+            &[label(first, b"/bin/a"), label(second, b"/bin/b")],
+            &[exit(first, 0), exit(second, 0)],
+        );
+        let conn = Connection::open(&path).unwrap();
+        let stored = |sql: &str| -> Vec<i64> {
+            let mut s = conn.prepare(sql).unwrap();
+            s.query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        assert_eq!(
+            stored("SELECT start_ns FROM exits ORDER BY rowid"),
+            [-500, -900]
+        );
+        assert_eq!(
+            stored("SELECT start_ns FROM found ORDER BY start_ns"),
+            [-900, -500]
+        );
+        let labels = |path: &Path| {
+            let t = Recording::open(path).unwrap().load(false).unwrap();
+            let b = t.binaries(&t.by_start());
+            let mut v: Vec<(ProcKey, Vec<u8>)> = t
+                .processes
+                .iter()
+                .zip(b)
+                .map(|(p, b)| (p.key, b.last.to_vec()))
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            labels(&path),
+            [(first, b"/bin/a".to_vec()), (second, b"/bin/b".to_vec())]
+        );
+        let v7 = dir.join("v7.db");
+        std::fs::copy(&path, &v7).unwrap();
+        drop(conn);
+        let conn = Connection::open(&v7).unwrap();
+        conn.execute_batch(
+            "UPDATE exits SET start_ns = 0 WHERE rowid = 1; DELETE FROM exits WHERE rowid = 2;
+             CREATE TABLE v7 (pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
+             INSERT INTO v7 SELECT pid, binary, parent_binary FROM found WHERE start_ns = -500;
+             DROP TABLE found; ALTER TABLE v7 RENAME TO found;
+             UPDATE meta SET value = '7' WHERE key = 'schema_version'",
+        )
+        .unwrap();
+        drop(conn);
+        assert_eq!(
+            labels(&v7),
+            [(ProcKey::mid_life(300, 0), b"/bin/a".to_vec())]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A corrupt row's pid, start or time (below 0, or a pid past u32) is refused with its
     /// column named, never wrapped into a pid of 4294967295 or a time 584 years on.
     #[test]
@@ -729,7 +798,10 @@ mod tests {
                 "pid is 4294967296, above",
             ),
             ("UPDATE exits SET ts_ns = -5", "ts_ns is -5, below 0"),
-            ("UPDATE exits SET start_ns = -7", "start_ns is -7, below 0"),
+            (
+                "UPDATE exits SET start_ns = -9223372036854775808",
+                "start_ns is -9223372036854775808, below any start time",
+            ),
             (
                 "UPDATE spawns SET parent_pid = -2",
                 "parent_pid is -2, below 0",

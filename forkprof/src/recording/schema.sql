@@ -1,4 +1,7 @@
--- forkprof recording schema, version 6 (see docs/recording.md).
+-- forkprof recording schema, version 8 (see docs/recording.md).
+-- A process is (pid, start_ns): start_ns is when it was created (CLOCK_MONOTONIC ns), and
+-- minus that for a process first seen mid-life, whose creation was not traced (0 for the one
+-- forkprof was asked to trace: run's CMD, record -p's process).
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- One row per fork-family syscall of a traced process (threads included, method 'thread').
 CREATE TABLE spawns (
@@ -31,13 +34,14 @@ CREATE TABLE exits (
     cow_faults INTEGER NOT NULL, exit_ns INTEGER NOT NULL, comm TEXT NOT NULL,
     child_run_ns INTEGER NOT NULL, cow_fault_ns INTEGER NOT NULL,
     cgroup_id INTEGER NOT NULL DEFAULT 0);
--- Processes first seen mid-life (their rows above have start_ns 0): those that existed
--- before tracing began, as /proc showed them then, and under --cgroup those that came into
--- the scope later, as /proc showed them when the scope's hooks attached or when they first
--- appeared. Written when one first appears in a record: the binary (/proc/PID/exe, else
--- [comm]) and its parent's (NULL when unknown).
+-- Processes first seen mid-life (their rows above have start_ns 0 or below): those that
+-- existed before tracing began, as /proc showed them then, and under --cgroup those that
+-- came into the scope later, as /proc showed them when the scope's hooks attached or when
+-- they first appeared. Written when one first appears in a record: the binary
+-- (/proc/PID/exe, else [comm]) and its parent's (NULL when unknown).
 CREATE TABLE found (
-    pid INTEGER PRIMARY KEY, binary TEXT NOT NULL, parent_binary TEXT);
+    pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, binary TEXT NOT NULL,
+    parent_binary TEXT, PRIMARY KEY (pid, start_ns));
 -- The cgroup v2 ids above (spawns.cgroup_id, execs.cgroup_id, exits.cgroup_id) and their
 -- paths under the cgroup2 mount, written when an id is first seen (a cgroup removed later
 -- keeps its path).

@@ -62,7 +62,7 @@ enum Derived {
 
 struct ProcessOut {
     pid: u32,
-    start_ns: u64,
+    start_ns: i64,
     parent_pid: Option<u32>,
     method: &'static str,
     binary: String,
@@ -144,10 +144,10 @@ impl<'t> Inserts<'t> {
                 let method = Method::classify(r.syscall, r.clone_flags).name();
                 self.spawns.execute(params![
                     r.hdr.proc.pid,
-                    r.hdr.proc.start_ns as i64,
+                    r.hdr.proc.stored_start_ns(),
                     r.hdr.ts_ns as i64,
                     r.parent.pid,
-                    r.parent.start_ns as i64,
+                    r.parent.stored_start_ns(),
                     r.parent_tid,
                     r.child_tid,
                     method,
@@ -175,7 +175,7 @@ impl<'t> Inserts<'t> {
                 });
                 self.execs.execute(params![
                     r.hdr.proc.pid,
-                    r.hdr.proc.start_ns as i64,
+                    r.hdr.proc.stored_start_ns(),
                     r.hdr.ts_ns as i64,
                     r.tid,
                     text_or_blob(c_bytes(&r.path)),
@@ -196,7 +196,7 @@ impl<'t> Inserts<'t> {
             Record::Ld(r) => {
                 self.lds.execute(params![
                     r.hdr.proc.pid,
-                    r.hdr.proc.start_ns as i64,
+                    r.hdr.proc.stored_start_ns(),
                     r.hdr.ts_ns as i64,
                     ld_outcome_name(r.outcome),
                     r.openat_count,
@@ -213,7 +213,7 @@ impl<'t> Inserts<'t> {
             Record::Exit(r) => {
                 self.exits.execute(params![
                     r.hdr.proc.pid,
-                    r.hdr.proc.start_ns as i64,
+                    r.hdr.proc.stored_start_ns(),
                     r.hdr.ts_ns as i64,
                     r.exit_code,
                     r.notified,
@@ -275,7 +275,7 @@ impl<'t> DerivedInserts<'t> {
     fn insert(&mut self, row: &ProcessOut) -> rusqlite::Result<()> {
         self.processes.execute(params![
             row.pid,
-            row.start_ns as i64,
+            row.start_ns,
             row.parent_pid,
             row.method,
             row.binary,
@@ -285,7 +285,7 @@ impl<'t> DerivedInserts<'t> {
         ])?;
         for (name, value) in &row.phases {
             self.phases
-                .execute(params![row.pid, row.start_ns as i64, name, *value as i64])?;
+                .execute(params![row.pid, row.start_ns, name, *value as i64])?;
         }
         Ok(())
     }
@@ -319,9 +319,10 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &dyn Fn() -> boo
 }
 
 fn insert_found(tx: &Transaction<'_>, f: &Found) -> rusqlite::Result<()> {
-    tx.prepare_cached("INSERT OR REPLACE INTO found VALUES (?1,?2,?3)")?
+    tx.prepare_cached("INSERT OR REPLACE INTO found VALUES (?1,?2,?3,?4)")?
         .execute(params![
-            f.pid,
+            f.key.pid,
+            f.key.stored_start_ns(),
             text_or_blob(&f.binary),
             f.parent_binary.as_deref().map(text_or_blob),
         ])?;

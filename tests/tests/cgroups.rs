@@ -395,24 +395,7 @@ fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further(
     std::fs::write(&outer, format!("sh {}\ntrue\n", inner.display())).unwrap();
     // A process is in a.service already (as a service's idle main process would be), so
     // the scope's hooks are on from the start and outer.sh's fork of the shell is seen.
-    let resident = forkprof_tests::Killed(
-        Command::new("sh")
-            .args([
-                "-c",
-                &format!("echo $$ > {}/cgroup.procs && exec sleep 600", a.display()),
-            ])
-            .spawn()
-            .unwrap(),
-    );
-    forkprof_tests::wait_for(
-        "a.service to have a process",
-        Duration::from_secs(30),
-        || {
-            std::fs::read_to_string(a.join("cgroup.events"))
-                .is_ok_and(|e| e.lines().any(|l| l == "populated 1"))
-                .then_some(())
-        },
-    );
+    let resident = resident_in(&a);
     let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
     sh(&in_group(&a, &format!("sh {}", outer.display())));
     // SAFETY: kill has no memory preconditions; the pid is our own child's.
@@ -429,6 +412,125 @@ fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further(
             (groups.shown("a.service"), 1),
             (groups.shown("elsewhere"), 1)
         ]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A process that lives in cgroup `dir` until dropped (as a service's idle main process
+/// would), once the group says it is populated: a `record --cgroup` of the group attaches
+/// its hot hooks at the start.
+fn resident_in(dir: &Path) -> forkprof_tests::Killed {
+    let resident = forkprof_tests::Killed(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("echo $$ > {}/cgroup.procs && exec sleep 600", dir.display()),
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    forkprof_tests::wait_for(
+        "the group to have a process",
+        Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "populated 1"))
+                .then_some(())
+        },
+    );
+    resident
+}
+
+/// Two processes that come into the scope from outside, one after the other under the same
+/// pid, are two processes: each is first seen mid-life (its creation was not traced), keyed
+/// by its own start time, and labelled from /proc at its own first sight. Before, both had
+/// the key (pid, 0): one process with both execs, and the first one's label.
+#[test]
+fn two_late_arrivals_with_one_pid_are_two_processes() {
+    needs_root!();
+    let mut groups = Groups::new("reuse");
+    let a = groups.make("a.service");
+    let dir = tempdir();
+    let db = dir.join("reuse.db");
+    let resident = resident_in(&a);
+    let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
+    // Each child is forked outside the scope, moved in, and execs /bin/sleep there.
+    let out = Command::new(workload())
+        .arg("move-in-reuse")
+        .arg(&a)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pid = said["pid"].as_u64().unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(rec.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    drop(resident);
+    let rows = |sql: &str| -> Vec<String> {
+        let out = forkprof_tests::sqlite(&db, sql);
+        out.lines().map(str::to_string).collect()
+    };
+    // Two keys, each first seen mid-life (stored as minus the start time), one exec each,
+    // the second started after the first exited.
+    let execs = rows(&format!(
+        "SELECT start_ns, count(*) FROM execs WHERE pid = {pid} GROUP BY start_ns \
+         ORDER BY start_ns DESC"
+    ));
+    assert_eq!(execs.len(), 2, "{execs:?}");
+    let starts: Vec<i64> = execs
+        .iter()
+        .map(|r| {
+            let (start, n) = r.split_once('|').unwrap();
+            assert_eq!(n, "1", "{execs:?}");
+            start.parse().unwrap()
+        })
+        .collect();
+    assert!(starts.iter().all(|&s| s < 0), "{starts:?}");
+    let first_exit = rows(&format!(
+        "SELECT ts_ns FROM exits WHERE pid = {pid} AND start_ns = {}",
+        starts[0]
+    ));
+    assert_eq!(first_exit.len(), 1, "{first_exit:?}");
+    let first_exit: i64 = first_exit[0].parse().unwrap();
+    assert!(-starts[1] > first_exit, "{starts:?} {first_exit}");
+    // Each has a label of its own, read while it ran sleep.
+    let found = rows(&format!(
+        "SELECT start_ns, binary FROM found WHERE pid = {pid} ORDER BY start_ns DESC"
+    ));
+    let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
+    let expected: Vec<String> = starts
+        .iter()
+        .map(|s| format!("{s}|{}", sleep.display()))
+        .collect();
+    assert_eq!(found, expected);
+    // The report: two processes, each with its one exec.
+    let out = Command::new(forkprof())
+        .args(["report", "--format", "json", "--processes"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    succeeded(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mine: Vec<&Value> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pid"] == pid)
+        .collect();
+    let shown: Vec<(i64, usize)> = mine
+        .iter()
+        .map(|p| {
+            (
+                p["start_ns"].as_i64().unwrap(),
+                p["execs"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(shown.len(), 2, "{mine:?}");
+    assert!(
+        shown.iter().all(|&(s, n)| starts.contains(&s) && n == 1),
+        "{mine:?}"
     );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -31,6 +31,9 @@
 //!   reuse                          fork a child that execs /bin/true, then (setting
 //!                                  kernel.ns_last_pid) one that gets the same pid and execs
 //!                                  /bin/false; prints the pid (needs root)
+//!   move-in-reuse CGROUP_DIR       as `reuse`, but each child (forked outside the cgroup)
+//!                                  is moved into CGROUP_DIR before it execs `/bin/sleep
+//!                                  0.5`, then `/bin/sleep 0.6`; prints the pid (needs root)
 //!   fork-onto PID                  (setting kernel.ns_last_pid) fork a child that gets pid
 //!                                  PID, if no other process took it, and _exits at once;
 //!                                  prints the pid it got (needs root)
@@ -228,6 +231,58 @@ fn next_pid_is(pid: libc::pid_t) {
     if std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).is_err() {
         die("cannot write /proc/sys/kernel/ns_last_pid (needs root)");
     }
+}
+
+/// `reuse`, `move-in-reuse`: runs `first` in a child, then (setting kernel.ns_last_pid)
+/// `second` in one that gets the same pid, each as `fork_exec_after` runs it with `release`;
+/// prints the pid once two children had it.
+fn reuse(first: &[&str], second: &[&str], release: impl Fn(libc::pid_t)) {
+    for _ in 0..500 {
+        let pid = fork_exec_after(first, &release);
+        next_pid_is(pid);
+        if fork_exec_after(second, &release) == pid {
+            println!("{{\"pid\":{pid}}}");
+            return;
+        }
+    }
+    die("no pid was reused in 500 tries");
+}
+
+/// Forks a child that waits until `release` has run in the parent with its pid, then execs
+/// `argv` (no environment); waits for it, and returns its pid.
+fn fork_exec_after(argv: &[&str], release: impl FnOnce(libc::pid_t)) -> libc::pid_t {
+    let args: Vec<CString> = argv.iter().map(|a| cstring(a)).collect();
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let mut go = [0; 2];
+    // SAFETY: plain syscall with a valid out-array.
+    if unsafe { libc::pipe(go.as_mut_ptr()) } != 0 {
+        die("pipe failed");
+    }
+    // SAFETY: the child only reads, execs or exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut byte = 0u8;
+        // SAFETY: in the child; valid buffers.
+        unsafe {
+            libc::close(go[1]);
+            libc::read(go[0], (&raw mut byte).cast(), 1);
+            libc::execve(args[0].as_ptr(), ptrs.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    if pid < 0 {
+        die("fork failed");
+    }
+    release(pid);
+    // SAFETY: plain syscalls on our pipe; closing it without a write releases the child too.
+    unsafe {
+        libc::close(go[0]);
+        libc::close(go[1]);
+    }
+    wait_child(pid);
+    pid
 }
 
 fn wait_child(pid: libc::pid_t) {
@@ -836,33 +891,14 @@ fn main() {
             let total: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
             println!("{{\"processes\":{total},\"threads\":{threads}}}");
         }
-        "reuse" => {
-            let exec_child = |path: &str| -> libc::pid_t {
-                let p = cstring(path);
-                let argv = [p.as_ptr(), std::ptr::null()];
-                let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-                // SAFETY: the child only execs or exits.
-                let pid = unsafe { libc::fork() };
-                if pid == 0 {
-                    // SAFETY: in the child.
-                    unsafe {
-                        libc::execve(p.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                        libc::_exit(127);
-                    }
+        "reuse" => reuse(&["/bin/true"], &["/bin/false"], |_| {}),
+        "move-in-reuse" => {
+            let procs = format!("{}/cgroup.procs", arg(1));
+            reuse(&["/bin/sleep", "0.5"], &["/bin/sleep", "0.6"], |pid| {
+                if std::fs::write(&procs, pid.to_string()).is_err() {
+                    die("cannot write cgroup.procs");
                 }
-                wait_child(pid);
-                pid
-            };
-            for _ in 0..500 {
-                let first = exec_child("/bin/true");
-                next_pid_is(first);
-                let second = exec_child("/bin/false");
-                if second == first {
-                    println!("{{\"pid\":{first}}}");
-                    return;
-                }
-            }
-            die("no pid was reused in 500 tries");
+            });
         }
         "fork-onto" => {
             let want: libc::pid_t = arg(1).parse().unwrap_or_else(|_| die("bad PID"));

@@ -442,6 +442,31 @@ impl Drop for Killed {
     }
 }
 
+/// A process that lives in cgroup `dir` until dropped (as a service's idle main process
+/// would), once the group says it is populated: a `record --cgroup` of the group attaches
+/// its hot hooks at the start.
+pub fn resident_in(dir: &Path) -> Killed {
+    let resident = Killed(
+        Command::new("sh")
+            .args([
+                "-c",
+                &format!("echo $$ > {}/cgroup.procs && exec sleep 600", dir.display()),
+            ])
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(
+        "the group to have a process",
+        std::time::Duration::from_secs(30),
+        || {
+            std::fs::read_to_string(dir.join("cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "populated 1"))
+                .then_some(())
+        },
+    );
+    resident
+}
+
 /// As [`Killed`], but stopped with SIGTERM, which a child can act on: `strace` ends its
 /// tracee with it, and a `forkprof monitor` that a shell exec'd into receives it itself.
 pub struct Terminated(pub Child);

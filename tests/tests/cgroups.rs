@@ -8,7 +8,6 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
-use std::time::Duration;
 
 use forkprof_tests::{
     Groups, HOT_TRACEPOINTS, READY, attached_tracepoints, attached_trampolines, forkprof, in_group,
@@ -395,7 +394,7 @@ fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further(
     std::fs::write(&outer, format!("sh {}\ntrue\n", inner.display())).unwrap();
     // A process is in a.service already (as a service's idle main process would be), so
     // the scope's hooks are on from the start and outer.sh's fork of the shell is seen.
-    let resident = resident_in(&a);
+    let resident = forkprof_tests::resident_in(&a);
     let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
     sh(&in_group(&a, &format!("sh {}", outer.display())));
     // SAFETY: kill has no memory preconditions; the pid is our own child's.
@@ -416,31 +415,6 @@ fn record_cgroup_follows_a_process_that_leaves_to_where_it_execs_and_no_further(
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A process that lives in cgroup `dir` until dropped (as a service's idle main process
-/// would), once the group says it is populated: a `record --cgroup` of the group attaches
-/// its hot hooks at the start.
-fn resident_in(dir: &Path) -> forkprof_tests::Killed {
-    let resident = forkprof_tests::Killed(
-        Command::new("sh")
-            .args([
-                "-c",
-                &format!("echo $$ > {}/cgroup.procs && exec sleep 600", dir.display()),
-            ])
-            .spawn()
-            .unwrap(),
-    );
-    forkprof_tests::wait_for(
-        "the group to have a process",
-        Duration::from_secs(30),
-        || {
-            std::fs::read_to_string(dir.join("cgroup.events"))
-                .is_ok_and(|e| e.lines().any(|l| l == "populated 1"))
-                .then_some(())
-        },
-    );
-    resident
-}
-
 /// Two processes that come into the scope from outside, one after the other under the same
 /// pid, are two processes: each is first seen mid-life (its creation was not traced), keyed
 /// by its own start time, and labelled from /proc at its own first sight. Before, both had
@@ -452,7 +426,7 @@ fn two_late_arrivals_with_one_pid_are_two_processes() {
     let a = groups.make("a.service");
     let dir = tempdir();
     let db = dir.join("reuse.db");
-    let resident = resident_in(&a);
+    let resident = forkprof_tests::resident_in(&a);
     let (mut rec, _stderr) = record_cgroup(&groups.shown("a.service"), &db);
     // Each child is forked outside the scope, moved in, and execs /bin/sleep there.
     let out = Command::new(workload())

@@ -952,10 +952,7 @@ impl Drop for BlockedShell {
 /// blocked meanwhile, so nothing else changes the counts. Then it forks onto that pid.
 #[test]
 fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
-    use forkprof_common::{
-        ForkState, PROC_SLOT_COUNT, ProcKey, ProcState, active, child_state, ld_state,
-    };
-    use std::mem::offset_of;
+    use forkprof_common::ProcKey;
     use std::os::unix::fs::OpenOptionsExt as _;
     let _kernel = exclusive();
     needs_root!();
@@ -1001,8 +998,59 @@ fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
         .unwrap();
     await_line(&mut reader, agent, "the shell's start");
 
-    let slots = forkprof_tests::map_of(agent.id(), "PROC_SLOTS").expect("the agent's PROC_SLOTS");
-    let bss = window_counters_map(agent.id()).expect("the agent's .bss map");
+    let planted = plant_stale_entry(
+        agent.id(),
+        ProcKey {
+            start_ns: 1,
+            pid,
+            mid_life: 0,
+        },
+    );
+
+    release(&go, "the fork onto the pid");
+    await_line(&mut reader, agent, "the fork onto the pid");
+    let said = std::fs::read_to_string(&got).unwrap();
+    assert_eq!(
+        said.trim(),
+        format!("{{\"pid\":{pid}}}"),
+        "another process took pid {pid} first: the test could not reuse it"
+    );
+    planted.assert_retired();
+
+    release(&go, "the shell's end");
+    assert!(agent.wait().unwrap().success());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(
+        report["summary"]["lost"]["exit_unseen"], 1,
+        "{}",
+        report["summary"]["lost"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A stale entry planted into an agent's `PROC_SLOTS` by `plant_stale_entry`, and the window
+/// counters before it.
+struct Planted {
+    slots: String,
+    bss: String,
+    index: u32,
+    before: Vec<u64>,
+}
+
+/// Plants into the `PROC_SLOTS` of the agent `agent` the entry that a process whose exit was
+/// never seen leaves, keyed `key`, under `key.pid` (a pid just freed, whose slot must be
+/// free): in its copy-on-write window, before its first return from the fork, in an exec
+/// attempt, with its dynamic-linker window open and a fork in flight, each window counted
+/// in `ACTIVE` as the kernel counts them.
+fn plant_stale_entry(agent: u32, key: forkprof_common::ProcKey) -> Planted {
+    use forkprof_common::{
+        ForkState, PROC_SLOT_COUNT, ProcKey, ProcState, active, child_state, ld_state,
+    };
+    use std::mem::offset_of;
+    let pid = key.pid;
+    let slots = forkprof_tests::map_of(agent, "PROC_SLOTS").expect("the agent's PROC_SLOTS");
+    let bss = window_counters_map(agent).expect("the agent's .bss map");
     let index = pid & (PROC_SLOT_COUNT - 1);
     let slot = forkprof_tests::array_value(&slots, index).expect("the pid's slot");
     assert_eq!(slot.len(), size_of::<ProcState>());
@@ -1015,13 +1063,15 @@ fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
     let mut entry = vec![0u8; size_of::<ProcState>()];
     let mut put = |at: usize, value: &[u8]| entry[at..at + value.len()].copy_from_slice(value);
     put(offset_of!(ProcState, owner), &u64::from(pid).to_le_bytes());
+    let at_key = offset_of!(ProcState, key);
     put(
-        offset_of!(ProcState, key) + offset_of!(ProcKey, start_ns),
-        &1u64.to_le_bytes(),
+        at_key + offset_of!(ProcKey, start_ns),
+        &key.start_ns.to_le_bytes(),
     );
+    put(at_key + offset_of!(ProcKey, pid), &pid.to_le_bytes());
     put(
-        offset_of!(ProcState, key) + offset_of!(ProcKey, pid),
-        &pid.to_le_bytes(),
+        at_key + offset_of!(ProcKey, mid_life),
+        &key.mid_life.to_le_bytes(),
     );
     put(offset_of!(ProcState, in_cow_window), &1u32.to_le_bytes());
     put(
@@ -1052,37 +1102,97 @@ fn a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost() {
         counters[at..at + 8].copy_from_slice(&n.to_le_bytes());
     }
     forkprof_tests::update_map(&bss, &0u32.to_le_bytes(), &counters);
+    Planted {
+        slots,
+        bss,
+        index,
+        before,
+    }
+}
 
-    release(&go, "the fork onto the pid");
-    await_line(&mut reader, agent, "the fork onto the pid");
-    let said = std::fs::read_to_string(&got).unwrap();
+impl Planted {
+    /// Every window the entry held closed, and the slot is free: the process that took its
+    /// pid has come and gone.
+    fn assert_retired(&self) {
+        let after = open_window_counters(&self.bss).expect("the window counters");
+        let before = &self.before;
+        for (i, name) in WINDOW_COUNTERS.iter().enumerate() {
+            assert_eq!(
+                after[i], before[i],
+                "{name}: the windows the stale entry held did not all close \
+                 (before the plant {before:?}, after its pid's next process {after:?}; \
+                 {WINDOW_COUNTERS:?})"
+            );
+        }
+        assert!(
+            forkprof_tests::array_value(&self.slots, self.index).is_some_and(|s| s[..8] == [0; 8]),
+            "the pid's slot is still held after its process exited"
+        );
+    }
+}
+
+/// Under `--cgroup`, a process that comes into the scope from outside was forked where no
+/// hook looks for a stale entry under its pid (task_newtask does, for a traced fork): its
+/// first hook in the scope does. A stale entry first seen mid-life whose start time is not
+/// the process's is a previous process's, retired then: its windows close and its exit is
+/// counted lost, and the process gets an entry of its own. Planted as in
+/// `a_stale_entry_closes_the_windows_it_held_and_its_exit_is_counted_lost`, first seen
+/// mid-life (start 1); a child forked onto its pid outside the scope moves in and execs
+/// /bin/true. Before, the process took the stale entry as its own, with its windows.
+#[test]
+fn a_stale_entry_first_seen_mid_life_is_retired_by_the_next_process_its_pid_brings_into_a_scope() {
+    let _kernel = exclusive();
+    needs_root!();
+    let mut groups = forkprof_tests::Groups::new("stale");
+    let a = groups.make("a.service");
+    let resident = forkprof_tests::resident_in(&a);
+    let dir = tempdir();
+    let db = dir.join("stale.db");
+    // A pid just freed: new pids are given above it until they wrap, so nothing takes it.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let rec = Command::new(forkprof())
+        .args(["record", "--cgroup", &groups.shown("a.service")])
+        .args(["--duration", "120s", "-o"])
+        .arg(&db)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut rec = forkprof_tests::Killed(rec);
+    let said = forkprof_tests::stderr_lines(&mut rec.0);
+    forkprof_tests::wait_for("record to start tracing", Duration::from_secs(60), || {
+        said.try_iter()
+            .any(|l| l.starts_with("forkprof: recording"))
+            .then_some(())
+    });
+    let planted = plant_stale_entry(rec.0.id(), forkprof_common::ProcKey::mid_life(pid, 1));
+    let out = Command::new(workload())
+        .args(["fork-onto", &pid.to_string()])
+        .arg(&a)
+        .output()
+        .unwrap();
+    forkprof_tests::succeeded(&out);
     assert_eq!(
-        said.trim(),
+        String::from_utf8_lossy(&out.stdout).trim(),
         format!("{{\"pid\":{pid}}}"),
         "another process took pid {pid} first: the test could not reuse it"
     );
-    let after = open_window_counters(&bss).expect("the window counters");
-    for (i, name) in WINDOW_COUNTERS.iter().enumerate() {
-        assert_eq!(
-            after[i], before[i],
-            "{name}: the windows the stale entry held did not all close \
-             (before the plant {before:?}, after the fork {after:?}; {WINDOW_COUNTERS:?})"
-        );
-    }
-    assert!(
-        forkprof_tests::array_value(&slots, index).is_some_and(|s| s[..8] == [0; 8]),
-        "the pid's slot is still held after its process exited"
-    );
-
-    release(&go, "the shell's end");
-    assert!(agent.wait().unwrap().success());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    planted.assert_retired();
+    // SAFETY: kill has no memory preconditions; the pid is our own child's.
+    assert_eq!(unsafe { libc::kill(rec.0.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(rec.0.wait().unwrap().code(), Some(0));
+    drop(resident);
     assert_eq!(
-        report["summary"]["lost"]["exit_unseen"], 1,
-        "{}",
-        report["summary"]["lost"]
+        forkprof_tests::sqlite(&db, "SELECT value FROM meta WHERE key = 'lost_exit_unseen'"),
+        "1"
     );
+    // The process's own exec, under a key of its own: first seen mid-life, its start its own.
+    let execs = forkprof_tests::sqlite(
+        &db,
+        &format!("SELECT start_ns < -1, path FROM execs WHERE pid = {pid}"),
+    );
+    assert_eq!(execs, "1|/bin/true");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -40,7 +40,7 @@ pub fn run(args: &SynthArgs) -> Result<()> {
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;
 BEGIN;
 {schema}
-INSERT INTO meta VALUES ('schema_version','7'),('mode','synthetic'),('host','synthetic'),
+INSERT INTO meta VALUES ('schema_version','8'),('mode','synthetic'),('host','synthetic'),
   ('wall_ns','{wall}'),('lost_ringbuf_full','0'),('lost_state_map_full','0'),('lost_undecodable','0');
 CREATE TEMP TABLE ids AS WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < {n}) SELECT i FROM c;
 INSERT INTO spawns SELECT 1000+i, i*{d}, i*{d}+60000, 1000+{parent}, ({parent})*{d}, 1000+{parent}, 1000+i,
@@ -56,7 +56,7 @@ INSERT INTO execs SELECT * FROM (
     CASE WHEN i%4=0 THEN 0 ELSE 15000 END, 0, 100+i%10 FROM ids)
   ORDER BY ts;
 INSERT INTO lds SELECT 1000+i, i*{d}, i*{d}+1200000, 'complete', 3+i%5, 40, 800000, 100000+(i%50)*1000, 90000, 0, 0, 0, 2+i%5 FROM ids;
-INSERT INTO found VALUES (1000, '/usr/bin/make', '/usr/bin/bash');
+INSERT INTO found VALUES (1000, 0, '/usr/bin/make', '/usr/bin/bash');
 INSERT INTO cgroups SELECT 100+i%10, '/system.slice/ci-runner.service/job-'||(i%10) FROM ids WHERE i <= 10;
 INSERT INTO exits SELECT 1000+i, i*{d}, {exit}, 0, 1, 50000, 0, {exit}-50000, replace({binary}, rtrim({binary}, replace({binary}, '/', '')), ''), 0, 0, 100+i%10 FROM ids
   ORDER BY {exit};

@@ -34,9 +34,10 @@
 //!   move-in-reuse CGROUP_DIR       as `reuse`, but each child (forked outside the cgroup)
 //!                                  is moved into CGROUP_DIR before it execs `/bin/sleep
 //!                                  0.5`, then `/bin/sleep 0.6`; prints the pid (needs root)
-//!   fork-onto PID                  (setting kernel.ns_last_pid) fork a child that gets pid
-//!                                  PID, if no other process took it, and _exits at once;
-//!                                  prints the pid it got (needs root)
+//!   fork-onto PID [CGROUP_DIR]     (setting kernel.ns_last_pid) fork a child that gets pid
+//!                                  PID, if no other process took it, and _exits at once
+//!                                  (with CGROUP_DIR: is moved there, then execs
+//!                                  /bin/true); prints the pid it got (needs root)
 //!   exec-threads COUNT PROGRAM     two threads each make COUNT failing execs of
 //!                                  /nonexistent/fp-exec-both at once; then a thread loops on
 //!                                  failing execs of /nonexistent/fp-exec-race while the main
@@ -903,16 +904,29 @@ fn main() {
         "fork-onto" => {
             let want: libc::pid_t = arg(1).parse().unwrap_or_else(|_| die("bad PID"));
             next_pid_is(want);
-            // SAFETY: the child only exits.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                // SAFETY: in the child.
-                unsafe { libc::_exit(0) };
-            }
-            if pid < 0 {
-                die("fork failed");
-            }
-            wait_child(pid);
+            let pid = match args.get(2) {
+                Some(dir) => {
+                    let procs = format!("{dir}/cgroup.procs");
+                    fork_exec_after(&["/bin/true"], |pid| {
+                        if std::fs::write(&procs, pid.to_string()).is_err() {
+                            die("cannot write cgroup.procs");
+                        }
+                    })
+                }
+                None => {
+                    // SAFETY: the child only exits.
+                    let pid = unsafe { libc::fork() };
+                    if pid == 0 {
+                        // SAFETY: in the child.
+                        unsafe { libc::_exit(0) };
+                    }
+                    if pid < 0 {
+                        die("fork failed");
+                    }
+                    wait_child(pid);
+                    pid
+                }
+            };
             println!("{{\"pid\":{pid}}}");
         }
         "cow" => cow(arg(1).parse().unwrap_or_else(|_| die("bad PAGES"))),

@@ -14,11 +14,10 @@ use crate::model::trace::{Found, comm_label};
 
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    /// By pid, keyed as `ProcKey::mid_life(pid, 0)` until handed out.
-    found: HashMap<u32, Found>,
-    /// When /proc was last read (CLOCK_MONOTONIC): a process that started later is not the
-    /// one /proc showed under its pid.
-    taken_ns: u64,
+    /// By pid, keyed as `ProcKey::mid_life(pid, 0)` until handed out, with when /proc was
+    /// read (CLOCK_MONOTONIC): a process that started later is not the one /proc showed
+    /// under its pid.
+    found: HashMap<u32, (Found, u64)>,
     /// Also read /proc at first sight for a process first seen mid-life that was not in
     /// /proc at the start (`--cgroup`: it entered the scope later, perhaps before the
     /// scope's hooks were attached): the processes read so far.
@@ -59,14 +58,14 @@ impl Snapshot {
                 },
             })
             .collect();
-        self.found.extend(found.into_iter().map(|f| (f.key.pid, f)));
-        self.taken_ns = crate::session::monotonic_ns();
+        let read_ns = crate::session::monotonic_ns();
+        self.found
+            .extend(found.into_iter().map(|f| (f.key.pid, (f, read_ns))));
     }
 
     /// The processes of a `--cgroup` scope now (the cgroup directory `dir` and those below
     /// it), and, at first sight, one first seen mid-life that came into it later. Only the
-    /// scope's are read at the start: a label of a process outside it could be handed to a
-    /// later arrival that reuses its pid.
+    /// scope's are read at the start: one outside it is read if it comes in.
     pub fn of_scope(dir: &std::path::Path) -> Self {
         let mut snapshot = Self::default();
         snapshot.add(&crate::cgroups::processes_below(dir));
@@ -94,13 +93,15 @@ impl Snapshot {
             Record::Ld(r) => (r.hdr.proc, None),
             Record::Exit(r) => (r.hdr.proc, None),
         };
-        let taken_ns = self.taken_ns;
         let mut take = |key: ProcKey| {
             if !key.is_mid_life() {
                 return None;
             }
-            if key.start_ns < taken_ns
-                && let Some(found) = self.found.remove(&key.pid)
+            if self
+                .found
+                .get(&key.pid)
+                .is_some_and(|&(_, read_ns)| key.start_ns < read_ns)
+                && let Some((found, _)) = self.found.remove(&key.pid)
             {
                 self.late.as_mut().map(|late| late.insert(key));
                 return Some(Found { key, ..found });
@@ -155,7 +156,7 @@ mod tests {
         let me = std::process::id();
         let mut s = Snapshot::default();
         s.add(&[me]);
-        let found = &s.found[&me];
+        let (found, _) = &s.found[&me];
         let exe = std::env::current_exe().unwrap();
         assert_eq!(found.binary, exe.as_os_str().as_encoded_bytes());
         assert!(found.parent_binary.as_ref().is_some_and(|b| !b.is_empty()));
@@ -163,19 +164,14 @@ mod tests {
 
     #[test]
     fn a_label_is_handed_out_once_and_only_for_processes_that_predate_tracing() {
-        let mut s = Snapshot {
-            taken_ns: 1_000,
-            ..Snapshot::default()
-        };
+        let mut s = Snapshot::default();
         for pid in [10, 11, 12] {
-            s.found.insert(
-                pid,
-                Found {
-                    key: ProcKey::mid_life(pid, 0),
-                    binary: b"/bin/bash".to_vec(),
-                    parent_binary: None,
-                },
-            );
+            let found = Found {
+                key: ProcKey::mid_life(pid, 0),
+                binary: b"/bin/bash".to_vec(),
+                parent_binary: None,
+            };
+            s.found.insert(pid, (found, 1_000));
         }
         let pre = |pid| ProcKey::mid_life(pid, 500);
         // A process created under tracing that reuses pid 11 is not the one /proc showed.

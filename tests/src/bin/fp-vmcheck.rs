@@ -829,108 +829,7 @@ fn wait_for_text(path: &str, text: &str) -> Result<(), String> {
     }
 }
 
-/// `forkprof record --cgroup GROUP -o DB`, its stderr in `err`, once it says it records.
-fn record_cgroup(group: &str, db: &str, err: &str) -> Result<std::process::Child, String> {
-    let _ = std::fs::remove_file(db);
-    let log = File::create(err).map_err(|e| e.to_string())?;
-    let mut rec = Command::new(FORKPROF)
-        .args(["record", "--cgroup", group, "--duration", "600s", "-o", db])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start forkprof record: {e}"))?;
-    if let Err(e) = wait_for_text(err, "forkprof: recording") {
-        stop_record(&mut rec, err);
-        return Err(e);
-    }
-    Ok(rec)
-}
-
-/// SIGINT to a `record_cgroup`, and SIGKILL if it has not exited within TIMEOUT (a check
-/// never hangs the boot); its exit code.
-fn stop_record(rec: &mut std::process::Child, err: &str) -> Option<i32> {
-    // SAFETY: kill has no memory preconditions; the pid is our own child's.
-    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
-    let code = wait_or_kill(rec).and_then(|st| st.code());
-    if code.is_none() {
-        let said = std::fs::read_to_string(err).unwrap_or_default();
-        println!(
-            "VMINFO forkprof record did not exit on SIGINT: {}",
-            clip(&said, 1500)
-        );
-    }
-    code
-}
-
-/// `record --cgroup` while two processes, each forked outside the group, come into it one
-/// after the other under one pid (`fp-workload move-in-reuse`, each exec'ing `sleep` there):
-/// two processes in the report, each first seen mid-life (its start shown negated), each with
-/// its one exec. A resident keeps the group's hooks attached from the start.
-fn late_arrivals() -> Result<String, String> {
-    let group = "/sys/fs/cgroup/fp-reuse.service";
-    std::fs::create_dir_all(group).map_err(|e| format!("mkdir {group}: {e} (no cgroup2?)"))?;
-    let (db, err) = ("/tmp/reuse.db", "/tmp/reuse.err");
-    let mut rec = record_cgroup("/fp-reuse.service", db, err)?;
-    let resident = Command::new("/bin/sh")
-        .args([
-            "-c",
-            &format!("echo $$ > {group}/cgroup.procs && exec sleep 600"),
-        ])
-        .stdin(Stdio::null())
-        .spawn();
-    let mut resident = match resident {
-        Ok(r) => r,
-        Err(e) => {
-            stop_record(&mut rec, err);
-            return Err(format!("cannot start sh: {e}"));
-        }
-    };
-    let ran = wait_for_text(err, "hooks are attached now")
-        .map(|()| exec(&[WORKLOAD, "move-in-reuse", group]));
-    let code = stop_record(&mut rec, err);
-    let _ = resident.kill();
-    let _ = resident.wait();
-    let ran = ran?;
-    if ran.code != Some(0) || code != Some(0) {
-        return Err(format!(
-            "move-in-reuse: {}; forkprof record exit {code:?}",
-            ran.brief()
-        ));
-    }
-    let _ = std::fs::remove_dir(group);
-    let said: Value = serde_json::from_str(ran.stdout.trim())
-        .map_err(|e| format!("move-in-reuse said {:?}: {e}", ran.stdout))?;
-    let pid = said["pid"].as_u64().ok_or("move-in-reuse named no pid")?;
-    let report = exec(&[FORKPROF, "report", db, "--format", "json", "--processes"]);
-    let doc: Value = serde_json::from_str(&report.stdout)
-        .map_err(|e| format!("report: not JSON: {e}: {}", report.brief()))?;
-    let mine: Vec<(Option<i64>, usize)> = doc["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|p| p["pid"] == pid)
-        .map(|p| {
-            let execs = p["execs"].as_array().map_or(0, Vec::len);
-            (p["start_ns"].as_i64(), execs)
-        })
-        .collect();
-    let whole = mine.len() == 2
-        && mine[0].0 != mine[1].0
-        && mine
-            .iter()
-            .all(|&(s, n)| s.is_some_and(|s| s < 0) && n == 1);
-    if whole {
-        Ok(format!("pid {pid}: two processes (start, execs) {mine:?}"))
-    } else {
-        Err(format!(
-            "pid {pid}: want two processes first seen mid-life with one exec each; got (start, \
-             execs) {mine:?}"
-        ))
-    }
-}
-
-/// `record --cgroup` of an empty cgroup v2 group (the init mounts cgroup2 at /sys/fs/cgroup):/// `record --cgroup` of an empty cgroup v2 group (the init mounts cgroup2 at /sys/fs/cgroup):
+/// `record --cgroup` of an empty cgroup v2 group (the init mounts cgroup2 at /sys/fs/cgroup):
 /// no hook that fires on every syscall or page fault is attached until a process comes in;
 /// then a shell there (which waits for that) and its 10 children are recorded, with their
 /// execs measured, and 5 spawns outside the group are not.
@@ -939,8 +838,41 @@ fn cgroup_scope() -> Result<String, String> {
     let group = "/sys/fs/cgroup/fp.service";
     std::fs::create_dir_all(group).map_err(|e| format!("mkdir {group}: {e} (no cgroup2?)"))?;
     let (db, err) = ("/tmp/cg.db", "/tmp/cg.err");
-    let mut rec = record_cgroup("/fp.service", db, err)?;
-    let stop = |rec: &mut std::process::Child| stop_record(rec, err);
+    let _ = std::fs::remove_file(db);
+    let log = File::create(err).map_err(|e| e.to_string())?;
+    let mut rec = Command::new(FORKPROF)
+        .args([
+            "record",
+            "--cgroup",
+            "/fp.service",
+            "--duration",
+            "600s",
+            "-o",
+            db,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("cannot start forkprof record: {e}"))?;
+    // SIGINT, and SIGKILL if it has not exited within TIMEOUT: a check never hangs the boot.
+    let stop = |rec: &mut std::process::Child| {
+        // SAFETY: kill has no memory preconditions; the pid is our own child's.
+        unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+        let code = wait_or_kill(rec).and_then(|st| st.code());
+        if code.is_none() {
+            let said = std::fs::read_to_string(err).unwrap_or_default();
+            println!(
+                "VMINFO forkprof record did not exit on SIGINT: {}",
+                clip(&said, 1500)
+            );
+        }
+        code
+    };
+    if let Err(e) = wait_for_text(err, "forkprof: recording") {
+        stop(&mut rec);
+        return Err(e);
+    }
     let idle = forkprof_tests::attached_tracepoints(rec.id());
     let idle_trampolines = forkprof_tests::attached_trampolines(rec.id());
     // No hot hook while the group is empty: no hot tracepoint, and no fentry or fexit but
@@ -1117,7 +1049,6 @@ fn guest() -> i32 {
     t.check("pagetable-copy-kprobe", pagetable_copy(NO_FENTRY));
     t.check("record-report", record_report());
     t.check("cgroup-scope", cgroup_scope());
-    t.check("late-arrivals", late_arrivals());
     // The host's own test binaries that xtask put in /fp/deps, run whole in this kernel.
     let mut host_tests: Vec<_> = std::fs::read_dir("/fp/deps")
         .into_iter()

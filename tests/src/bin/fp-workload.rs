@@ -33,7 +33,7 @@
 //!                                  /bin/false; prints the pid (needs root)
 //!   move-in-reuse CGROUP_DIR       as `reuse`, but each child (forked outside the cgroup)
 //!                                  is moved into CGROUP_DIR before it execs `/bin/sleep
-//!                                  0.5`, then `/bin/sleep 0.6`; prints the pid (needs root)
+//!                                  1`, then `/bin/sleep 2`; prints the pid (needs root)
 //!   fork-onto PID [CGROUP_DIR]     (setting kernel.ns_last_pid) fork a child that gets pid
 //!                                  PID, if no other process took it, and _exits at once
 //!                                  (with CGROUP_DIR: is moved there, then execs
@@ -895,7 +895,7 @@ fn main() {
         "reuse" => reuse(&["/bin/true"], &["/bin/false"], |_| {}),
         "move-in-reuse" => {
             let procs = format!("{}/cgroup.procs", arg(1));
-            reuse(&["/bin/sleep", "0.5"], &["/bin/sleep", "0.6"], |pid| {
+            reuse(&["/bin/sleep", "1"], &["/bin/sleep", "2"], |pid| {
                 if std::fs::write(&procs, pid.to_string()).is_err() {
                     die("cannot write cgroup.procs");
                 }

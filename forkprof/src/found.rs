@@ -5,6 +5,7 @@
 //! was seen (or, under `--cgroup`, it came into the scope from outside: it is read at first
 //! sight). Each label is handed to the trace (and the recording) when its process first
 //! appears in a record, so a system-wide trace stores only the processes it saw.
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use forkprof_common::ProcKey;
@@ -97,12 +98,10 @@ impl Snapshot {
             if !key.is_mid_life() {
                 return None;
             }
-            if self
-                .found
-                .get(&key.pid)
-                .is_some_and(|&(_, read_ns)| key.start_ns < read_ns)
-                && let Some((found, _)) = self.found.remove(&key.pid)
+            if let Entry::Occupied(read) = self.found.entry(key.pid)
+                && key.start_ns < read.get().1
             {
+                let (found, _) = read.remove();
                 self.late.as_mut().map(|late| late.insert(key));
                 return Some(Found { key, ..found });
             }

@@ -345,7 +345,7 @@ pub struct Trace {
     pub last_ns: u64,
     /// The process `forkprof run` started.
     pub root: Option<ProcKey>,
-    /// Processes that existed before tracing began, by pid (see `Found`).
+    /// The labels of processes first seen mid-life, by key (see `Found`).
     found: HashMap<ProcKey, FoundLabels>,
     /// The recording machine's mounts when tracing began (empty: not known).
     pub mounts: Vec<Mount>,

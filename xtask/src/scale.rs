@@ -13,12 +13,18 @@ pub struct ScaleArgs {
     /// Recording sizes, in processes.
     #[arg(long, value_delimiter = ',', default_values_t = [1_000_000u64, 10_000_000])]
     pub sizes: Vec<u64>,
+    /// Distinct tool binaries in each recording (a report has a row per binary).
+    #[arg(long, default_value_t = 50)]
+    pub binaries: u64,
     /// Runs of each command.
     #[arg(long, default_value_t = 2)]
     pub runs: u32,
     /// Where the recordings are kept between runs.
     #[arg(long, default_value = "target/scale")]
     pub dir: PathBuf,
+    /// Measure this forkprof binary (an older build, say) instead of building this tree's.
+    #[arg(long)]
+    pub forkprof: Option<PathBuf>,
     /// Only the default report and the export (not every option).
     #[arg(long)]
     pub quick: bool,
@@ -50,11 +56,12 @@ fn measure(argv: &[String]) -> Result<Measured> {
     }
 }
 
-fn recording(dir: &Path, n: u64) -> Result<PathBuf> {
-    let db = dir.join(format!("synth-{n}.db"));
+fn recording(dir: &Path, n: u64, binaries: u64) -> Result<PathBuf> {
+    let db = dir.join(format!("synth-{n}-{binaries}.db"));
     if !db.exists() {
         crate::synth::run(&crate::synth::SynthArgs {
             processes: n,
+            binaries,
             output: db.clone(),
         })?;
     }
@@ -62,8 +69,13 @@ fn recording(dir: &Path, n: u64) -> Result<PathBuf> {
 }
 
 pub fn run(args: &ScaleArgs) -> Result<()> {
-    crate::run(Command::new("cargo").args(["build", "--release", "-p", "forkprof"]))?;
-    let forkprof = crate::root().join("target/release/forkprof");
+    let forkprof = match &args.forkprof {
+        Some(path) => path.clone(),
+        None => {
+            crate::run(Command::new("cargo").args(["build", "--release", "-p", "forkprof"]))?;
+            crate::root().join("target/release/forkprof")
+        }
+    };
     let dir = crate::root().join(&args.dir);
     std::fs::create_dir_all(&dir)?;
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -75,11 +87,14 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    println!("host CPU: {cpu}; {} runs each\n", args.runs);
+    println!(
+        "host CPU: {cpu}; {} runs each; {} distinct binaries\n",
+        args.runs, args.binaries
+    );
     println!("| processes | command | wall (s) | s per million | max RSS (MB) | × baseline |");
     println!("|---:|---|---:|---:|---:|---:|");
     for &n in &args.sizes {
-        let db = recording(&dir, n)?;
+        let db = recording(&dir, n, args.binaries)?;
         let db_s = db.display().to_string();
         let out = |name: &str| dir.join(name).display().to_string();
         let baseline: Vec<String> = [

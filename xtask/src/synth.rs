@@ -23,6 +23,9 @@ pub struct SynthArgs {
     /// Number of processes.
     #[arg(long, default_value_t = 1_000_000)]
     pub processes: u64,
+    /// Number of distinct tool binaries the jobs run (the report groups by binary).
+    #[arg(long, default_value_t = 50)]
+    pub binaries: u64,
     /// The recording to write (replaced if it exists).
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
@@ -48,7 +51,7 @@ INSERT INTO spawns SELECT 1000+i, i*{d}, i*{d}+60000, 1000+{parent}, ({parent})*
   CASE WHEN i%2=0 THEN 17 ELSE 16640 END, 0, i*{d}-5, 40000+i%1000, CASE WHEN i%2=0 THEN 30000 ELSE 0 END,
   CASE WHEN i%2=0 THEN 0 ELSE 300000 END, CASE WHEN i<=10 OR i%2=1 THEN 'make' ELSE 'sh' END, 100+i%10 FROM ids;
 INSERT INTO execs SELECT * FROM (
-  SELECT 1000+i, i*{d}, i*{d}+70000 AS ts, 1000+i, '/usr/local/bin/tool'||((i/2)%50), 'tool'||((i/2)%50),
+  SELECT 1000+i, i*{d}, i*{d}+70000 AS ts, 1000+i, '/usr/local/bin/tool'||((i/2)%{tools}), 'tool'||((i/2)%{tools}),
     1, 2, 20000, 0, 0, 0, 0, 0, 15000, 0, 100+i%10 FROM ids WHERE i%4=0 AND i>10
   UNION ALL
   SELECT 1000+i, i*{d}, i*{d}+200000, 1000+i, {binary},
@@ -65,9 +68,13 @@ PRAGMA wal_checkpoint(TRUNCATE);
 ",
         wall = n * SPACING_NS + 6_000_000,
         d = SPACING_NS,
+        tools = args.binaries.max(1),
         parent = "CASE WHEN i<=10 THEN 0 WHEN i%2=1 THEN 1+i%10 ELSE i-1 END",
-        binary = "CASE WHEN i<=10 THEN '/usr/bin/make' WHEN i%2=1 THEN '/bin/sh' \
-                  ELSE '/usr/bin/tool'||((i/2)%50) END",
+        binary = format!(
+            "CASE WHEN i<=10 THEN '/usr/bin/make' WHEN i%2=1 THEN '/bin/sh' \
+             ELSE '/usr/bin/tool'||((i/2)%{tools}) END",
+            tools = args.binaries.max(1)
+        ),
         exit = format!(
             "CASE WHEN i<=10 THEN {end} WHEN i%2=1 THEN i*{SPACING_NS}+3000000 \
              ELSE i*{SPACING_NS}+2000000 END",
@@ -110,6 +117,7 @@ mod tests {
         let db = dir.join("s.db");
         run(&SynthArgs {
             processes: 100,
+            binaries: 50,
             output: db.clone(),
         })
         .unwrap();

@@ -126,6 +126,8 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         is_static: &is_static,
         groupings: vec![by],
         sort: args.sort.into(),
+        // The table shows `--top` rows of its grouping: the others are not built.
+        group_rows: matches!(args.format, Format::Table).then_some(args.top),
         filter,
         processes: json_processes,
         folded: args.flamegraph.is_some() || args.folded.is_some(),

@@ -83,6 +83,21 @@ pub const PATH_SEARCH_MIN_FAILED: u64 = 10;
 /// The directories a PATH search hint names before "…".
 const PATH_SEARCH_DIRS_SHOWN: usize = 3;
 
+/// Whether a rule may read a group of grouping `by` with these processes and failed exec
+/// attempts: a report that keeps only some rows (`Context::group_rows`) keeps these, and
+/// the binaries of each kept parent's `searched_name`, so that its hints are those of every
+/// row. Each rule's threshold bounds a count that is at most the group's processes (forks,
+/// processes with an `ld_map`), or is its failed attempts.
+pub fn may_read(by: GroupBy, processes: u64, failed_execs: u64) -> bool {
+    match by {
+        GroupBy::Parent => {
+            processes >= PAGETABLE_MIN_FORKS || failed_execs >= PATH_SEARCH_MIN_FAILED
+        }
+        GroupBy::Binary => processes >= LD_MIN_PROCESSES,
+        _ => false,
+    }
+}
+
 fn phase_total(row: &GroupRow, phase: Phase) -> u64 {
     row.phases.get(phase).map_or(0, |s| s.total)
 }
@@ -114,13 +129,13 @@ pub(crate) fn base(path: &str) -> &str {
     split_path(path).1
 }
 
-/// What a parent's failed execs looked for, from `failed_exec_paths`: the name most of them
-/// tried, how many paths a search for it tried, where, and the directory that held it (the
-/// binary rows' only one of that name): ", all for `as`: 8.0 a search, in /root/bin,
-/// /opt/bin and 5 more directories ahead of /usr/bin". With the advice that follows it.
-fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
-    let generic = "put the usual directory first in PATH or exec absolute paths".to_string();
-    let mut names: BTreeMap<&str, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+/// A name's failed exec attempts: how many, and how many in each directory.
+type Tries<'r> = (u64, BTreeMap<&'r str, u64>);
+
+/// The name a parent's failed execs tried most often (of two alike, the first by name, so
+/// that a report reads the same each time), with its tries.
+fn searched_most(row: &GroupRow) -> Option<(&str, Tries<'_>)> {
+    let mut names: BTreeMap<&str, Tries<'_>> = BTreeMap::new();
     for (path, &n) in &row.failed_exec_paths {
         let (dir, name) = split_path(path);
         // A name tried without a directory is listed under "/".
@@ -129,12 +144,23 @@ fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
         entry.0 += n;
         *entry.1.entry(dir).or_default() += n;
     }
-    // The name tried most often; of two alike, the first by name, so that a report reads the
-    // same each time.
-    let Some((name, (tries, dirs))) = names
+    names
         .into_iter()
         .max_by(|a, b| a.1.0.cmp(&b.1.0).then(b.0.cmp(a.0)))
-    else {
+}
+
+/// The name whose binary rows the PATH search hint of a parent's row reads, if any.
+pub fn searched_name(row: &GroupRow) -> Option<&str> {
+    searched_most(row).map(|(name, _)| name)
+}
+
+/// What a parent's failed execs looked for, from `failed_exec_paths`: the name most of them
+/// tried, how many paths a search for it tried, where, and the directory that held it (the
+/// binary rows' only one of that name): ", all for `as`: 8.0 a search, in /root/bin,
+/// /opt/bin and 5 more directories ahead of /usr/bin". With the advice that follows it.
+fn searched_for(report: &Report, row: &GroupRow) -> (String, String) {
+    let generic = "put the usual directory first in PATH or exec absolute paths".to_string();
+    let Some((name, (tries, dirs))) = searched_most(row) else {
         return (String::new(), generic);
     };
     let which = if tries == row.failed_execs {

@@ -84,6 +84,11 @@ impl Method {
         }
     }
 
+    /// Its place in `ALL`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Fork => "fork",
@@ -108,6 +113,13 @@ mod tests {
     use forkprof_common::clone_flags::*;
 
     const SIGCHLD: u64 = 17;
+
+    #[test]
+    fn index_is_the_place_in_all() {
+        for (i, m) in Method::ALL.iter().enumerate() {
+            assert_eq!(m.index(), i, "{m:?}");
+        }
+    }
 
     #[test]
     fn classifies_glibc_calls() {

@@ -36,6 +36,10 @@ pub struct Report {
     pub phases: PhaseMap<Summary>,
     /// Grouping ("binary", "parent", "method", "ancestry") -> rows, sorted.
     pub groups: BTreeMap<&'static str, Vec<GroupRow>>,
+    /// Each grouping's number of groups: its rows, unless `Context::group_rows` left some
+    /// out.
+    #[serde(skip)]
+    pub group_counts: BTreeMap<&'static str, usize>,
     /// Findings, each with its numbers and what to do.
     pub hints: Vec<Hint>,
     /// The mount holding the binaries of the processes with the most atime updates, when
@@ -230,8 +234,16 @@ pub struct Context<'a> {
     pub sources: PhaseMap<String>,
     /// True when the binary at this path is statically linked (no ELF interpreter).
     pub is_static: &'a dyn Fn(&[u8]) -> bool,
+    /// The groupings asked for; the report also builds those its hints read (binary and
+    /// parent). None at all: no groups and no hints, for a caller that wants the
+    /// per-process rows alone (`record`'s derived tables), whose memory then does not grow
+    /// with the number of binaries.
     pub groupings: Vec<GroupBy>,
     pub sort: SortBy,
+    /// The rows to keep of each grouping asked for: the first this many in `sort`'s order
+    /// (the table's `--top`), and those a hint reads, so that the hints are the same;
+    /// `None`: every row (JSON, CSV, `diff`).
+    pub group_rows: Option<usize>,
     pub filter: Filter,
     /// Include one row per process.
     pub processes: bool,
@@ -253,6 +265,7 @@ impl<'a> Context<'a> {
             is_static,
             groupings: vec![GroupBy::Binary, GroupBy::Parent],
             sort: SortBy::Total,
+            group_rows: None,
             filter: Filter::default(),
             processes: true,
             folded: false,
@@ -291,30 +304,54 @@ fn last_binary_objects(p: &Process) -> Option<(u32, u32)> {
         .map(|l| (l.objects, l.openat_count))
 }
 
+/// What a group adds up while the report is built. It is kept small, and sized by what it
+/// holds: a large recording can have a group per process (a build that runs a binary of its
+/// own from each temporary directory), and most of its groups then hold one process.
 #[derive(Clone, Default)]
 struct Group {
     processes: u64,
     execs: u64,
     failed_execs: u64,
-    failed_exec_paths: HashMap<Shared, u64>,
-    failed_exec_searches: HashMap<Vec<u8>, u64>,
+    /// The paths and names of the failed attempts (`None` until one fails).
+    failed: Option<Box<FailedExecs>>,
     pagetable_copies_without_exec: u64,
     /// Completed dynamic-linker windows of the processes' last binaries, and the objects
     /// and opens summed over them.
     ld_windows: u64,
     ld_objects: u64,
     ld_openat: u64,
-    methods: BTreeMap<&'static str, u64>,
+    /// Processes by method, in `Method::ALL`'s order.
+    methods: [u64; Method::ALL.len()],
     values: Phased,
 }
 
-/// One accumulator per phase.
+#[derive(Clone, Default)]
+struct FailedExecs {
+    paths: HashMap<Shared, u64>,
+    searches: HashMap<Vec<u8>, u64>,
+}
+
+/// The phases' values of a group: until it holds `FEW_VALUES` of them, the values
+/// themselves, each tagged with its phase (8 bytes a value); past that, one accumulator per
+/// phase (about 1.4 KB, whatever the group's size). Either way the summaries are the same:
+/// an accumulator summarises its values whatever their order.
 #[derive(Clone)]
-struct Phased(Vec<Accumulator>);
+enum Phased {
+    Few(Vec<u64>),
+    Many(Box<[Accumulator]>),
+}
+
+/// Values a group keeps as they are before it makes its accumulators (about five
+/// processes' phases).
+const FEW_VALUES: usize = 64;
+/// A tagged value: the phase in the top bits, the value in the others.
+const VALUE_BITS: u32 = 59;
+const VALUE_MAX: u64 = (1 << VALUE_BITS) - 1;
+const _: () = assert!(PHASES.len() <= 1 << (64 - VALUE_BITS));
 
 impl Default for Phased {
     fn default() -> Self {
-        Self(vec![Accumulator::default(); PHASES.len()])
+        Self::Few(Vec::new())
     }
 }
 
@@ -322,16 +359,60 @@ impl Phased {
     fn add(&mut self, ph: &Phases) {
         for phase in PHASES {
             if let Some(v) = ph.get(phase) {
-                self.0[phase as usize].add(v);
+                self.add_value(phase, v);
             }
         }
     }
 
-    fn summaries(mut self) -> PhaseMap<Summary> {
+    fn add_value(&mut self, phase: Phase, v: u64) {
+        match self {
+            // A value too large to tag (no duration or count comes near) makes the
+            // accumulators at once.
+            Self::Few(tagged) if tagged.len() < FEW_VALUES && v <= VALUE_MAX => {
+                tagged.push(((phase as u64) << VALUE_BITS) | v);
+            }
+            Self::Few(tagged) => {
+                let mut accs = vec![Accumulator::default(); PHASES.len()].into_boxed_slice();
+                for &t in tagged.iter() {
+                    accs[(t >> VALUE_BITS) as usize].add(t & VALUE_MAX);
+                }
+                accs[phase as usize].add(v);
+                *self = Self::Many(accs);
+            }
+            Self::Many(accs) => accs[phase as usize].add(v),
+        }
+    }
+
+    /// The summary of one phase's values (`None`: none), as `summaries` has it.
+    fn summary(&mut self, phase: Phase) -> Option<Summary> {
+        let s = match self {
+            Self::Many(accs) => accs[phase as usize].summary(),
+            Self::Few(tagged) => {
+                let mut acc = Accumulator::default();
+                for &t in tagged.iter().filter(|&&t| t >> VALUE_BITS == phase as u64) {
+                    acc.add(t & VALUE_MAX);
+                }
+                acc.summary()
+            }
+        };
+        (s.count > 0).then_some(s)
+    }
+
+    fn summaries(self) -> PhaseMap<Summary> {
+        let mut accs = match self {
+            Self::Many(accs) => accs,
+            Self::Few(tagged) => {
+                let mut accs = vec![Accumulator::default(); PHASES.len()].into_boxed_slice();
+                for t in tagged {
+                    accs[(t >> VALUE_BITS) as usize].add(t & VALUE_MAX);
+                }
+                accs
+            }
+        };
         PHASES
             .iter()
             .filter_map(|&phase| {
-                let s = self.0[phase as usize].summary();
+                let s = accs[phase as usize].summary();
                 (s.count > 0).then_some((phase, s))
             })
             .collect()
@@ -341,7 +422,7 @@ impl Phased {
 impl Group {
     fn add_process(&mut self, p: &Process, ph: &Phases) {
         self.processes += 1;
-        *self.methods.entry(p.method.name()).or_default() += 1;
+        self.methods[p.method.index()] += 1;
         self.values.add(ph);
         if ph.get(Phase::PagetableCopy).is_some() && !p.execs.iter().any(|e| e.errno == 0) {
             self.pagetable_copies_without_exec += 1;
@@ -364,10 +445,11 @@ impl Group {
                 searching = None;
             } else {
                 self.failed_execs += 1;
-                *self.failed_exec_paths.entry(e.path.clone()).or_default() += 1;
+                let failed = self.failed.get_or_insert_with(Box::default);
+                *failed.paths.entry(e.path.clone()).or_default() += 1;
                 let name = file_name(&e.path);
                 if searching != Some(name) {
-                    *self.failed_exec_searches.entry(name.to_vec()).or_default() += 1;
+                    *failed.searches.entry(name.to_vec()).or_default() += 1;
                     searching = Some(name);
                 }
             }
@@ -375,18 +457,19 @@ impl Group {
     }
 
     fn row(self, binary: &[u8]) -> GroupRow {
+        let failed = self.failed.map(|f| *f).unwrap_or_default();
         GroupRow {
             binary: escape(binary),
             processes: self.processes,
             execs: self.execs,
             failed_execs: self.failed_execs,
-            failed_exec_paths: self
-                .failed_exec_paths
+            failed_exec_paths: failed
+                .paths
                 .iter()
                 .map(|(path, n)| (escape(path), *n))
                 .collect(),
-            failed_exec_searches: self
-                .failed_exec_searches
+            failed_exec_searches: failed
+                .searches
                 .iter()
                 .map(|(name, n)| (escape(name), *n))
                 .collect(),
@@ -395,41 +478,98 @@ impl Group {
                 .then(|| self.ld_objects as f64 / self.ld_windows as f64),
             ld_openat_mean: (self.ld_windows > 0)
                 .then(|| self.ld_openat as f64 / self.ld_windows as f64),
-            methods: self.methods,
+            methods: Method::ALL
+                .iter()
+                .zip(self.methods)
+                .filter(|&(_, n)| n > 0)
+                .map(|(m, n)| (m.name(), n))
+                .collect(),
             phases: self.values.summaries(),
         }
     }
 }
 
-fn sort_key(row: &GroupRow, sort: SortBy) -> u64 {
-    let cost = row.phases.get(Phase::SpawnCost);
+/// What a row is ordered by: its spawn cost's total, mean or p99, or its processes.
+fn sort_key(cost: Option<&Summary>, processes: u64, sort: SortBy) -> u64 {
     match sort {
         SortBy::Total => cost.map_or(0, |s| s.total),
         SortBy::Mean => cost.map_or(0, |s| s.mean),
         SortBy::P99 => cost.map_or(0, |s| s.p99),
-        SortBy::Count => row.processes,
+        SortBy::Count => processes,
     }
+}
+
+fn row_key(row: &GroupRow, sort: SortBy) -> u64 {
+    sort_key(row.phases.get(Phase::SpawnCost), row.processes, sort)
 }
 
 fn sort_rows(rows: &mut [GroupRow], sort: SortBy) {
     rows.sort_by(|a, b| {
-        sort_key(b, sort)
-            .cmp(&sort_key(a, sort))
+        row_key(b, sort)
+            .cmp(&row_key(a, sort))
             .then(b.processes.cmp(&a.processes))
             .then(a.binary.cmp(&b.binary))
     });
 }
 
-fn sorted(groups: HashMap<Shared, Group>, sort: SortBy) -> Vec<GroupRow> {
-    let mut rows: Vec<GroupRow> = groups.into_iter().map(|(b, g)| g.row(&b)).collect();
-    sort_rows(&mut rows, sort);
+/// The rows of one grouping's groups, in `SortBy::Total`'s order (the hints'): every group's,
+/// or, when `shown` is less than the groups, the first `shown` in `sort`'s order and the
+/// groups `keep` names (those a hint may read). The table's phase means show the first
+/// `shown` rows with processes: those are among the first `shown`, since a row without
+/// processes (an exec's path, not a binary any process ended in) has no spawn cost and
+/// sorts after every row with processes. Rows are most of a report's memory where
+/// there are many groups: only the table, which shows `--top` of them, leaves some out.
+fn rows_kept(
+    mut groups: HashMap<Shared, Group>,
+    shown: Option<usize>,
+    sort: SortBy,
+    keep: impl Fn(&Shared, &Group) -> bool,
+) -> Vec<GroupRow> {
+    let mut rows: Vec<GroupRow> = match shown.filter(|&n| n < groups.len()) {
+        None => groups.into_iter().map(|(k, g)| g.row(&k)).collect(),
+        Some(n) => {
+            // Each group's place, as `sort_rows` orders the rows.
+            let mut order: Vec<(u64, u64, Shared)> = groups
+                .iter_mut()
+                .map(|(k, g)| {
+                    let cost = g.values.summary(Phase::SpawnCost);
+                    (
+                        sort_key(cost.as_ref(), g.processes, sort),
+                        g.processes,
+                        k.clone(),
+                    )
+                })
+                .collect();
+            let first = |a: &(u64, u64, Shared), b: &(u64, u64, Shared)| {
+                b.0.cmp(&a.0)
+                    .then(b.1.cmp(&a.1))
+                    .then_with(|| escape(&a.2).cmp(&escape(&b.2)))
+            };
+            if n > 0 {
+                order.select_nth_unstable_by(n - 1, first);
+            }
+            order.truncate(n);
+            let top: std::collections::HashSet<Shared> =
+                order.into_iter().map(|(_, _, k)| k).collect();
+            groups
+                .into_iter()
+                .filter(|(k, g)| top.contains(k) || keep(k, g))
+                .map(|(k, g)| g.row(&k))
+                .collect()
+        }
+    };
+    sort_rows(&mut rows, SortBy::Total);
     rows
 }
 
 /// The groupings to build: those asked for, and those the hints read (binary and parent),
-/// so that one recording gives the same hints whatever view is chosen.
+/// so that one recording gives the same hints whatever view is chosen; none when none is
+/// asked for.
 fn groupings_built(asked: &[GroupBy]) -> Vec<GroupBy> {
     let mut all = asked.to_vec();
+    if all.is_empty() {
+        return all;
+    }
     for by in [GroupBy::Binary, GroupBy::Parent] {
         if !all.contains(&by) {
             all.push(by);
@@ -551,8 +691,9 @@ pub struct Added {
     pub phases: Phases,
     /// Its row, when the report has per-process rows.
     pub row: Option<ProcessRow>,
-    /// The key of its group under the report's first grouping (`diff` samples it).
-    pub group: Shared,
+    /// The key of its group under the report's first grouping (`diff` samples it); `None`
+    /// when the report has no groupings.
+    pub group: Option<Shared>,
 }
 
 /// One process, as the report needs it: the process, its binaries, and its ancestry
@@ -750,7 +891,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
         Some(Added {
             phases: ph,
             row,
-            group: first_group.expect("a report has a grouping"),
+            group: first_group,
         })
     }
 
@@ -782,12 +923,41 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
         }
         // Hints read the rows in one order whatever `--sort` says; the rows are put in the
         // order asked for afterwards.
-        let groups: BTreeMap<&'static str, Vec<GroupRow>> = self
+        let group_counts = self
             .groupings
             .iter()
-            .zip(self.groups)
-            .map(|(by, map)| (by.name(), sorted(map, SortBy::Total)))
+            .zip(&self.groups)
+            .map(|(by, map)| (by.name(), map.len()))
             .collect();
+        // Parents first: the binaries their PATH searches looked for are kept for the hints.
+        let mut maps: Vec<(GroupBy, HashMap<Shared, Group>)> =
+            self.groupings.iter().copied().zip(self.groups).collect();
+        maps.sort_by_key(|(by, _)| *by != GroupBy::Parent);
+        let mut searched: std::collections::HashSet<String> = Default::default();
+        let mut groups: BTreeMap<&'static str, Vec<GroupRow>> = BTreeMap::new();
+        for (by, map) in maps {
+            // A grouping built for the hints alone shows no row.
+            let shown = if ctx.groupings.contains(&by) {
+                ctx.group_rows
+            } else {
+                Some(0)
+            };
+            let keep = |k: &Shared, g: &Group| {
+                super::hints::may_read(by, g.processes, g.failed_execs)
+                    || (by == GroupBy::Binary
+                        && !searched.is_empty()
+                        && searched.contains(&escape(file_name(k))))
+            };
+            let rows = rows_kept(map, shown, ctx.sort, keep);
+            if by == GroupBy::Parent {
+                searched.extend(
+                    rows.iter()
+                        .filter_map(super::hints::searched_name)
+                        .map(str::to_string),
+                );
+            }
+            groups.insert(by.name(), rows);
+        }
         let mut report = Report {
             schema_version: REPORT_JSON_VERSION,
             forkprof_version: env!("CARGO_PKG_VERSION"),
@@ -808,6 +978,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
             sources: ctx.sources.clone(),
             phases: self.all.summaries(),
             groups,
+            group_counts,
             hints: Vec::new(),
             atime_mount: self
                 .atime_by_mount
@@ -876,11 +1047,58 @@ impl Report {
     pub fn group(&self, by: GroupBy) -> &[GroupRow] {
         self.groups.get(by.name()).map_or(&[], Vec::as_slice)
     }
+
+    /// How many groups a grouping has, its rows left out included.
+    pub fn group_count(&self, by: &str) -> usize {
+        self.group_counts
+            .get(by)
+            .copied()
+            .unwrap_or_else(|| self.groups.get(by).map_or(0, Vec::len))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group's values, kept as they are and then in accumulators, summarise as one
+    /// accumulator per phase does, across the change of form and with a value too large to
+    /// keep tagged.
+    #[test]
+    fn a_group_summarises_its_values_whatever_their_form() {
+        let phases = [Phase::Fork, Phase::Exec, Phase::SpawnCost, Phase::CowFaults];
+        for (values, huge_at) in [(10, None), (FEW_VALUES, None), (500, None), (20, Some(3))] {
+            let mut group = Phased::default();
+            let mut each = vec![Accumulator::default(); PHASES.len()];
+            for i in 0..values {
+                let phase = phases[i % phases.len()];
+                let v = if Some(i) == huge_at {
+                    VALUE_MAX + 1
+                } else {
+                    (i as u64 * 7_919) % 1_000
+                };
+                group.add_value(phase, v);
+                each[phase as usize].add(v);
+            }
+            assert_eq!(
+                matches!(group, Phased::Many(_)),
+                values > FEW_VALUES || huge_at.is_some(),
+                "{values} values"
+            );
+            let mut one = group.clone();
+            for &phase in &phases {
+                let mut acc = each[phase as usize].clone();
+                let expected = (acc.summary().count > 0).then(|| acc.summary());
+                assert_eq!(one.summary(phase), expected, "{values} values, {phase:?}");
+            }
+            let summaries = group.summaries();
+            for phase in PHASES {
+                let mut acc = each[phase as usize].clone();
+                let expected = (acc.summary().count > 0).then(|| acc.summary());
+                assert_eq!(summaries.get(phase).cloned(), expected, "{phase:?}");
+            }
+        }
+    }
 
     #[test]
     fn escapes_what_would_break_a_line() {

@@ -944,3 +944,113 @@ fn a_deep_chain_keeps_bounded_stacks_with_the_root_and_the_nearest_ancestors() {
     let short = names.stack(b"make;sh", b"/usr/bin/gcc");
     assert_eq!(&*short, &b"make;sh;gcc"[..]);
 }
+
+/// A table's report builds the rows it shows (`Context::group_rows`) and those a hint reads,
+/// not every group's: its first rows, its phase means' rows, its group counts and its hints
+/// are those of the report with every row, in every order. The trace has a binary per
+/// child beside a library search (`/opt/app/bin/tool`, 10 processes) and a PATH search for
+/// `as`, whose row (/usr/bin/as, 5 processes: too few for a hint of its own) the search's
+/// hint reads for the directory it ended in.
+#[test]
+fn a_table_builds_the_rows_it_shows_and_those_the_hints_read() {
+    let tried: Vec<&[u8]> = [&b"/opt/a/as"[..], b"/opt/b/as", b"/opt/c/as", b"/opt/d/as"].repeat(5);
+    let t = children(b"/bin/sh", 70, |t, root, c, i| {
+        t.ingest(spawn(root, c, 56, SIGCHLD));
+        let at = c.start_ns + 200_000;
+        match i {
+            0..10 => {
+                t.ingest(exec(c, at, b"/opt/app/bin/tool", 0, 1));
+                t.ingest(ld_searched(c, 192, 4));
+            }
+            10..15 => {
+                failed_execs(t, c, &tried);
+                t.ingest(exec(c, at, b"/usr/bin/as", 0, 1));
+            }
+            15 => {
+                // A wrapper that execs the real program: the wrapper's row has an exec and
+                // no process.
+                t.ingest(exec(c, at - 1_000, b"/usr/bin/wrapper", 0, 1));
+                t.ingest(exec(c, at, b"/usr/bin/real", 0, 1));
+            }
+            _ => {
+                let path = format!("/tmp/build-{i}/tool");
+                t.ingest(exec(c, at, path.as_bytes(), 0, u64::from(i)));
+                t.ingest(ld(c, ld_outcome::COMPLETE));
+            }
+        }
+        t.ingest(exit(c, 0));
+    });
+    let rows_json = |rows: &[super::report::GroupRow]| serde_json::to_string(rows).unwrap();
+    for sort in [SortBy::Total, SortBy::Mean, SortBy::P99, SortBy::Count] {
+        let every = Report::build(
+            &t,
+            &Context {
+                sort,
+                ..Context::for_run(&|_| false)
+            },
+        );
+        assert!(
+            every.hints.iter().any(|h| h.rule == "library_search")
+                && every
+                    .hints
+                    .iter()
+                    .any(|h| h.rule == "path_search" && h.text.contains("ahead of /usr/bin;")),
+            "{:?}",
+            every.hints
+        );
+        for n in [0, 1, 3, 20] {
+            let some = Report::build(
+                &t,
+                &Context {
+                    sort,
+                    group_rows: Some(n),
+                    ..Context::for_run(&|_| false)
+                },
+            );
+            let hints = |r: &Report| r.hints.iter().map(|h| h.text.clone()).collect::<Vec<_>>();
+            assert_eq!(hints(&some), hints(&every), "{sort:?} {n}");
+            for by in [GroupBy::Binary, GroupBy::Parent] {
+                let (all, kept) = (every.group(by), some.group(by));
+                assert_eq!(some.group_count(by.name()), all.len(), "{by:?}");
+                let first = n.min(all.len());
+                assert_eq!(
+                    rows_json(&kept[..first]),
+                    rows_json(&all[..first]),
+                    "{by:?}"
+                );
+                // The phase means' rows: the first `n` with processes.
+                let with_processes = |rows: &[super::report::GroupRow]| {
+                    let shown: Vec<_> = rows.iter().filter(|r| r.processes > 0).take(n).collect();
+                    serde_json::to_string(&shown).unwrap()
+                };
+                assert_eq!(with_processes(kept), with_processes(all), "{by:?}");
+            }
+            // 70 binaries and more: the table's report holds far fewer rows.
+            let kept = some.group(GroupBy::Binary).len();
+            assert!(kept <= n + 3, "{sort:?} {n}: {kept} rows");
+        }
+    }
+}
+
+/// `record`'s derived tables take the per-process rows of a report without groupings: it
+/// builds no group (whose memory grows with the binaries), and its rows are `run`'s.
+#[test]
+fn a_report_without_groupings_builds_the_rows_alone() {
+    let t = sample();
+    let rows = |ctx: &Context| {
+        let report = Report::build(&t, ctx);
+        (
+            report.groups.len(),
+            serde_json::to_string(&report.processes).unwrap(),
+        )
+    };
+    let (groups, run) = rows(&Context::for_run(&|_| false));
+    assert_eq!(groups, 2);
+    let (none, derived) = rows(&Context {
+        groupings: Vec::new(),
+        ..Context::for_run(&|_| false)
+    });
+    assert_eq!(none, 0);
+    assert_eq!(derived, run);
+    assert!(run.contains("/bin/cc"), "{run}");
+}

@@ -76,6 +76,8 @@ struct Section<'a> {
     /// The first column's name: what the rows are.
     first: &'a str,
     rows: &'a [GroupRow],
+    /// The grouping's groups, those without a row (`Context::group_rows`) included.
+    groups: usize,
     /// What each row is called: its key, or on a terminal a shortened path.
     labels: &'a [String],
     /// How many rows to show.
@@ -100,6 +102,7 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
         title,
         first,
         rows,
+        groups,
         labels,
         top,
         width,
@@ -129,8 +132,8 @@ fn group_table(s: &Section, out: &mut dyn Write) -> Result<()> {
             .drop(4),
     ];
     render(&cols, width, out)?;
-    if rows.len() > top {
-        writeln!(out, "({} more; --top N shows more)", rows.len() - top)?;
+    if groups > top {
+        writeln!(out, "({} more; --top N shows more)", groups - top)?;
     }
     Ok(())
 }
@@ -356,6 +359,7 @@ pub fn write(report: &Report, top: usize, width: Option<usize>, out: &mut dyn Wr
             title,
             first,
             rows,
+            groups: report.group_count(by),
             labels: &labels,
             top,
             width,

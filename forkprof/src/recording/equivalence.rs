@@ -292,6 +292,7 @@ fn context<'a>(
         is_static,
         groupings,
         sort: Default::default(),
+        group_rows: None,
         filter,
         processes: true,
         folded: true,

@@ -293,8 +293,8 @@ impl<'t> DerivedInserts<'t> {
 
 /// Inserts the derived rows of every process of the recording at `path`, read back from
 /// its committed records one process at a time (`Recording::processes`, as `report` reads
-/// it), into `tx`; returns how many. The report is built as `run`'s is (`Context::for_run`),
-/// so its rows are those `run -o` derives from the trace in memory.
+/// it), into `tx`; returns how many. The rows are built as `run`'s are (`Context::for_run`),
+/// so they are those `run -o` derives from the trace in memory.
 fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &dyn Fn() -> bool) -> Result<u64> {
     let recording = Recording::open(path)?;
     let start = recording.stream_start(false)?;
@@ -302,19 +302,19 @@ fn derive_from_file(tx: &Transaction<'_>, path: &Path, give_up: &dyn Fn() -> boo
     let is_static = |p: &[u8]| loaders.is_static(p);
     let mut inserts = DerivedInserts::new(tx)?;
     let mut n = 0u64;
-    recording.report(
-        &Context::for_run(&is_static),
-        start,
-        false,
-        &mut |_, _, _, added| {
-            anyhow::ensure!(!give_up(), "stopped by a signal before it was done");
-            if let Some(row) = added.row {
-                inserts.insert(&ProcessOut::of(&row))?;
-                n += 1;
-            }
-            Ok(())
-        },
-    )?;
+    // The rows alone: no groups, whose memory would grow with the number of binaries.
+    let ctx = Context {
+        groupings: Vec::new(),
+        ..Context::for_run(&is_static)
+    };
+    recording.report(&ctx, start, false, &mut |_, _, _, added| {
+        anyhow::ensure!(!give_up(), "stopped by a signal before it was done");
+        if let Some(row) = added.row {
+            inserts.insert(&ProcessOut::of(&row))?;
+            n += 1;
+        }
+        Ok(())
+    })?;
     Ok(n)
 }
 

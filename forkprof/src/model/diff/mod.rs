@@ -110,16 +110,12 @@ impl SideBuilder {
                 self.phases[phase as usize].add(v);
             }
         }
-        let Some(cost) = ph.get(Phase::SpawnCost) else {
+        let (Some(cost), Some(group)) = (ph.get(Phase::SpawnCost), &added.group) else {
             return;
         };
-        match self.groups.get_mut(&added.group) {
+        match self.groups.get_mut(group) {
             Some(s) => s.add(cost),
-            None => self
-                .groups
-                .entry(added.group.clone())
-                .or_default()
-                .add(cost),
+            None => self.groups.entry(group.clone()).or_default().add(cost),
         }
     }
 

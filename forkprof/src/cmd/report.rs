@@ -126,8 +126,13 @@ pub fn run(args: ReportCmdArgs) -> Result<i32> {
         is_static: &is_static,
         groupings: vec![by],
         sort: args.sort.into(),
-        // The table shows `--top` rows of its grouping: the others are not built.
-        group_rows: matches!(args.format, Format::Table).then_some(args.top),
+        // The table shows `--top` rows of its grouping, and the per-process CSV none: the
+        // others are not built.
+        group_rows: match args.format {
+            Format::Table => Some(args.top),
+            Format::Csv if csv_processes => Some(0),
+            Format::Json | Format::Csv => None,
+        },
         filter,
         processes: json_processes,
         folded: args.flamegraph.is_some() || args.folded.is_some(),

@@ -72,11 +72,14 @@ pub fn write_with_rows(report: &Report, rows: Option<RowSpool>, out: &mut dyn Wr
     let Some(rows) = rows else {
         return write(report, out);
     };
-    let text = serde_json::to_string_pretty(report)?;
-    let head = text
-        .strip_suffix("\n}")
-        .ok_or_else(|| anyhow::anyhow!("the report is not a JSON object"))?;
-    out.write_all(head.as_bytes())?;
+    // Written as it is serialized (a report of many groups is hundreds of MB of JSON), but
+    // for its closing "\n}", after which the rows go.
+    let mut head = HoldLast {
+        out: &mut *out,
+        held: Vec::new(),
+    };
+    serde_json::to_writer_pretty(&mut head, report)?;
+    anyhow::ensure!(head.held == b"\n}", "the report is not a JSON object");
     if rows.rows == 0 {
         out.write_all(b",\n  \"processes\": []\n}\n")?;
         return Ok(());
@@ -91,4 +94,28 @@ pub fn write_with_rows(report: &Report, rows: Option<RowSpool>, out: &mut dyn Wr
     std::io::copy(&mut file, out)?;
     out.write_all(b"\n  ]\n}\n")?;
     Ok(())
+}
+
+/// Passes what is written on to `out`, but for the last `HELD` bytes so far, which it holds.
+struct HoldLast<'w> {
+    out: &'w mut dyn Write,
+    held: Vec<u8>,
+}
+
+const HELD: usize = 2;
+
+impl Write for HoldLast<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.held.extend_from_slice(buf);
+        if self.held.len() > HELD {
+            let pass = self.held.len() - HELD;
+            self.out.write_all(&self.held[..pass])?;
+            self.held.drain(..pass);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }

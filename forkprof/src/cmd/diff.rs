@@ -24,6 +24,9 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
     let is_static = |p: &[u8]| loaders.is_static(p);
     let ctx = Context {
         groupings: diff::groupings(by),
+        // The diff's rows come from the side's own tallies: of the report's rows, only
+        // those its hints read are built.
+        group_rows: Some(0),
         processes: false,
         folded,
         ..Context::for_run(&is_static)
@@ -35,7 +38,7 @@ fn load(path: &Path, by: GroupBy, folded: bool) -> Result<(Side, Option<String>)
             Ok(())
         })
         .map_err(|e| format!("{e:#}"))?;
-    Ok((side.finish(report, by), version))
+    Ok((side.finish(report), version))
 }
 
 /// BEFORE's recordings and AFTER's, or the one line to print before exiting 2.

@@ -694,6 +694,9 @@ pub struct Added {
     /// The key of its group under the report's first grouping (`diff` samples it); `None`
     /// when the report has no groupings.
     pub group: Option<Shared>,
+    /// The binary it ran last, and its parent's at its creation (its keys by binary and by
+    /// parent).
+    pub binaries: Binaries,
 }
 
 /// One process, as the report needs it: the process, its binaries, and its ancestry
@@ -892,6 +895,7 @@ impl<'c, 'a> ReportBuilder<'c, 'a> {
             phases: ph,
             row,
             group: first_group,
+            binaries: bins.clone(),
         })
     }
 

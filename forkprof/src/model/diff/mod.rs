@@ -22,10 +22,10 @@ pub use interval::{
     bootstrap, delta, judge, ratio_interval, seed_of,
 };
 
-use super::hints::{Hint, base};
+use super::hints::Hint;
 use super::phases::{PHASES, Phase};
-use super::report::{Added, Context, GroupBy, GroupRow, Report, escape};
-use super::trace::{Shared, Trace};
+use super::report::{Added, Context, GroupBy, Report, escape};
+use super::trace::{Shared, Trace, file_name};
 
 /// Count and total of one quantity (ns), summed over a side's recordings.
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,7 +57,9 @@ fn add_tally(into: &mut Option<Tally>, count: u64, total: u64) {
 /// One side of a diff: one or more recordings, reported and sampled. Spawn cost per group
 /// and every phase, with a part per recording.
 pub struct Side {
-    /// One per recording.
+    /// One per recording: its summary, phases, hints and flame graph; of its groups, at
+    /// most those its hints read (`Context::group_rows`: the diff's rows come from
+    /// `tallies`).
     pub reports: Vec<Report>,
     /// Group key -> spawn_cost of each of its processes.
     groups: HashMap<String, Sample>,
@@ -67,6 +69,32 @@ pub struct Side {
     phases: Vec<Sample>,
     /// Per phase: the reports' counts and totals.
     phase_tallies: Vec<Option<Tally>>,
+    /// Spawn cost by the last component of a process's binary, and of its parent's, summed
+    /// over the side's recordings: what a hint about a binary or a parent of that name is
+    /// measured by on either side.
+    base_costs: BaseCosts,
+}
+
+/// Spawn cost by name (a path's last component, as the hints name binaries): of the
+/// processes' binaries, and of their parents'.
+#[derive(Default)]
+struct BaseCosts {
+    binary: HashMap<String, u64>,
+    parent: HashMap<String, u64>,
+}
+
+impl BaseCosts {
+    fn append(&mut self, other: BaseCosts) {
+        for (into, from) in [
+            (&mut self.binary, other.binary),
+            (&mut self.parent, other.parent),
+        ] {
+            for (k, v) in from {
+                let t = into.entry(k).or_default();
+                *t = t.saturating_add(v);
+            }
+        }
+    }
 }
 
 /// The groupings of a side's report: `by` first (the side samples the report's first
@@ -88,15 +116,33 @@ pub fn groupings(by: GroupBy) -> Vec<GroupBy> {
 pub struct SideBuilder {
     /// Group key -> spawn_cost of each of its processes.
     groups: HashMap<Shared, Sample>,
+    /// Group key -> its processes and phase totals.
+    tallies: HashMap<Shared, GroupTally>,
     /// Per phase (indexed by `Phase as usize`): its value in each process.
     phases: Vec<Sample>,
+    /// Spawn cost by the raw last component of the binary, and of the parent's.
+    binary_costs: HashMap<Vec<u8>, u64>,
+    parent_costs: HashMap<Vec<u8>, u64>,
 }
 
 impl Default for SideBuilder {
     fn default() -> Self {
         Self {
             groups: HashMap::new(),
+            tallies: HashMap::new(),
             phases: vec![Sample::default(); PHASES.len()],
+            binary_costs: HashMap::new(),
+            parent_costs: HashMap::new(),
+        }
+    }
+}
+
+/// Adds `v` to `map[key]`, making the key only when it is new.
+fn add_cost(map: &mut HashMap<Vec<u8>, u64>, key: &[u8], v: u64) {
+    match map.get_mut(key) {
+        Some(t) => *t = t.saturating_add(v),
+        None => {
+            map.insert(key.to_vec(), v);
         }
     }
 }
@@ -110,9 +156,38 @@ impl SideBuilder {
                 self.phases[phase as usize].add(v);
             }
         }
-        let (Some(cost), Some(group)) = (ph.get(Phase::SpawnCost), &added.group) else {
+        let Some(group) = &added.group else {
             return;
         };
+        let tally = match self.tallies.get_mut(group) {
+            Some(t) => t,
+            None => self
+                .tallies
+                .entry(group.clone())
+                .or_insert_with(|| GroupTally {
+                    processes: 0,
+                    phases: vec![None; PHASES.len()],
+                }),
+        };
+        tally.processes += 1;
+        for phase in PHASES {
+            if let Some(v) = ph.get(phase) {
+                add_tally(&mut tally.phases[phase as usize], 1, v);
+            }
+        }
+        let Some(cost) = ph.get(Phase::SpawnCost) else {
+            return;
+        };
+        add_cost(
+            &mut self.binary_costs,
+            file_name(&added.binaries.last),
+            cost,
+        );
+        add_cost(
+            &mut self.parent_costs,
+            file_name(&added.binaries.at_spawn),
+            cost,
+        );
         match self.groups.get_mut(group) {
             Some(s) => s.add(cost),
             None => self.groups.entry(group.clone()).or_default().add(cost),
@@ -120,29 +195,27 @@ impl SideBuilder {
     }
 
     /// The side of the recording whose processes were added, with its report.
-    pub fn finish(self, report: Report, by: GroupBy) -> Side {
+    pub fn finish(self, report: Report) -> Side {
         let groups = self
             .groups
             .into_iter()
             .map(|(k, v)| (escape(&k), v))
             .collect();
-        let tallies = report
-            .group(by)
-            .iter()
-            .filter(|r| r.processes > 0)
-            .map(|r| {
-                let mut t = GroupTally {
-                    processes: r.processes,
-                    phases: vec![None; PHASES.len()],
-                };
-                for phase in PHASES {
-                    if let Some(s) = r.phases.get(phase) {
-                        add_tally(&mut t.phases[phase as usize], s.count, s.total);
-                    }
-                }
-                (r.binary.clone(), t)
-            })
+        let tallies = self
+            .tallies
+            .into_iter()
+            .map(|(k, t)| (escape(&k), t))
             .collect();
+        let named = |costs: HashMap<Vec<u8>, u64>| {
+            costs
+                .into_iter()
+                .map(|(k, v)| (escape(&k), v))
+                .collect::<HashMap<_, _>>()
+        };
+        let base_costs = BaseCosts {
+            binary: named(self.binary_costs),
+            parent: named(self.parent_costs),
+        };
         let mut phase_tallies = vec![None; PHASES.len()];
         for phase in PHASES {
             if let Some(s) = report.phases.get(phase) {
@@ -155,16 +228,17 @@ impl SideBuilder {
             tallies,
             phases: self.phases,
             phase_tallies,
+            base_costs,
         }
     }
 }
 
 impl Side {
     /// One recording in memory. `ctx.groupings` must start with `by`.
-    pub fn build(trace: &Trace, ctx: &Context<'_>, by: GroupBy) -> Self {
+    pub fn build(trace: &Trace, ctx: &Context<'_>) -> Self {
         let mut side = SideBuilder::default();
         let report = Report::build_each(trace, ctx, |added| side.add(added));
-        side.finish(report, by)
+        side.finish(report)
     }
 
     /// Several recordings of one side as one: their values kept apart per recording.
@@ -173,6 +247,7 @@ impl Side {
         let mut side = it.next().expect("a side has a recording");
         for other in it {
             side.reports.extend(other.reports);
+            side.base_costs.append(other.base_costs);
             for (k, s) in other.groups {
                 side.groups.entry(k).or_default().append(s);
             }
@@ -436,25 +511,20 @@ fn hint_group(text: &str) -> Option<String> {
 /// Total spawn_cost of the rows (of the grouping the hint's rule looks at) named `group`,
 /// per recording of the side.
 fn hint_cost(side: &Side, rule: &str, group: Option<&str>) -> u64 {
-    let total = |r: &GroupRow| r.phases.get(Phase::SpawnCost).map_or(0, |s| s.total);
-    let by = match rule {
-        "dynamic_linking" | "library_search" => Some(GroupBy::Binary),
-        "pagetable_copy" | "path_search" => Some(GroupBy::Parent),
+    let costs = match rule {
+        "dynamic_linking" | "library_search" => Some(&side.base_costs.binary),
+        "pagetable_copy" | "path_search" => Some(&side.base_costs.parent),
         _ => None,
     };
-    let sum: u64 = side
-        .reports
-        .iter()
-        .map(|report| match by {
-            None => report.phases.get(Phase::SpawnCost).map_or(0, |s| s.total),
-            Some(by) => report
-                .group(by)
-                .iter()
-                .filter(|r| group.is_none_or(|g| base(&r.binary) == g))
-                .map(total)
-                .sum(),
-        })
-        .sum();
+    let sum: u64 = match (costs, group) {
+        (Some(costs), Some(g)) => costs.get(g).copied().unwrap_or(0),
+        (Some(costs), None) => costs.values().fold(0, |a, &v| a.saturating_add(v)),
+        (None, _) => side
+            .reports
+            .iter()
+            .map(|report| report.phases.get(Phase::SpawnCost).map_or(0, |s| s.total))
+            .sum(),
+    };
     sum / side.recordings().max(1)
 }
 

@@ -655,8 +655,15 @@ impl TraceSession {
         Ok(())
     }
 
-    /// The report of what was collected, as `run` and `record` show it.
-    pub fn report(&self, command: Vec<String>, exit: Option<ExitStatus>, wall_ns: u64) -> Report {
+    /// The report of what was collected, as `run` shows it; `group_rows` as
+    /// `Context::group_rows` (the table's `--top`).
+    pub fn report(
+        &self,
+        command: Vec<String>,
+        exit: Option<ExitStatus>,
+        wall_ns: u64,
+        group_rows: Option<usize>,
+    ) -> Report {
         let loaders = InterpCache::default();
         let is_static = |p: &[u8]| loaders.is_static(p);
         Report::build(
@@ -666,6 +673,7 @@ impl TraceSession {
                 exit,
                 wall_ns,
                 sources: self.tracer.sources(),
+                group_rows,
                 ..Context::for_run(&is_static)
             },
         )

@@ -213,7 +213,9 @@ pub fn run(args: RunArgs, _verbose: bool) -> Result<i32> {
         .context("waiting for the command")??;
     let wall_ns = started.elapsed().as_nanos() as u64;
     session.drain()?;
-    let report = session.report(command, Some(status), wall_ns);
+    // The table shows `--top` rows of each grouping: the others are not built.
+    let group_rows = (!args.output_format.json).then_some(args.output_format.top);
+    let report = session.report(command, Some(status), wall_ns, group_rows);
     // A report nobody reads any more (`2>&1 | head -1`) is no failure: the command's status
     // stands.
     super::exit_code_on_broken_pipe(status.shell_code());

@@ -433,4 +433,32 @@ mod tests {
         assert!(!narrow.contains("[1]"), "{narrow}");
         assert!(!narrow.contains(note), "{narrow}");
     }
+
+    /// A table built with only its `--top` rows (`Context::group_rows`) reads as the one
+    /// built with every row: the same text, "N more" counting the rows it did not build.
+    #[test]
+    fn a_table_of_its_top_rows_reads_as_one_of_every_row() {
+        let mut t = Trace::default();
+        for i in 0..7u32 {
+            let child = key(10 + i, 500 + u64::from(i));
+            t.ingest(spawn(key(1, 0), child, 57, 17));
+            let path = format!("/tmp/t{i}/tool");
+            t.ingest(exec(child, 200_000 + u64::from(i), path.as_bytes(), 0, 0));
+        }
+        let text = |group_rows| {
+            let report = Report::build(
+                &t,
+                &Context {
+                    group_rows,
+                    ..Context::for_run(&|_| false)
+                },
+            );
+            let mut out = Vec::new();
+            super::write(&report, 3, None, &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let every = text(None);
+        assert!(every.contains("(4 more; --top N shows more)"), "{every}");
+        assert_eq!(text(Some(3)), every);
+    }
 }

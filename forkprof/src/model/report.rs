@@ -1,5 +1,6 @@
 //! The report: everything `run` (and later `report`) prints, as one serializable value. The
 //! table and JSON outputs both render this, so they always agree.
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
@@ -349,6 +350,15 @@ const VALUE_BITS: u32 = 59;
 const VALUE_MAX: u64 = (1 << VALUE_BITS) - 1;
 const _: () = assert!(PHASES.len() <= 1 << (64 - VALUE_BITS));
 
+/// One accumulator per phase, holding the tagged values.
+fn accumulators(tagged: &[u64]) -> Box<[Accumulator]> {
+    let mut accs = vec![Accumulator::default(); PHASES.len()].into_boxed_slice();
+    for &t in tagged {
+        accs[(t >> VALUE_BITS) as usize].add(t & VALUE_MAX);
+    }
+    accs
+}
+
 impl Default for Phased {
     fn default() -> Self {
         Self::Few(Vec::new())
@@ -372,10 +382,7 @@ impl Phased {
                 tagged.push(((phase as u64) << VALUE_BITS) | v);
             }
             Self::Few(tagged) => {
-                let mut accs = vec![Accumulator::default(); PHASES.len()].into_boxed_slice();
-                for &t in tagged.iter() {
-                    accs[(t >> VALUE_BITS) as usize].add(t & VALUE_MAX);
-                }
+                let mut accs = accumulators(tagged);
                 accs[phase as usize].add(v);
                 *self = Self::Many(accs);
             }
@@ -401,13 +408,7 @@ impl Phased {
     fn summaries(self) -> PhaseMap<Summary> {
         let mut accs = match self {
             Self::Many(accs) => accs,
-            Self::Few(tagged) => {
-                let mut accs = vec![Accumulator::default(); PHASES.len()].into_boxed_slice();
-                for t in tagged {
-                    accs[(t >> VALUE_BITS) as usize].add(t & VALUE_MAX);
-                }
-                accs
-            }
+            Self::Few(tagged) => accumulators(&tagged),
         };
         PHASES
             .iter()
@@ -503,12 +504,19 @@ fn row_key(row: &GroupRow, sort: SortBy) -> u64 {
     sort_key(row.phases.get(Phase::SpawnCost), row.processes, sort)
 }
 
+/// The order of two rows, given each one's sort key and processes, and their keys (as
+/// shown) for a tie: the larger key first, then the more processes, then by name.
+fn row_order(a: (u64, u64), b: (u64, u64), names: impl FnOnce() -> Ordering) -> Ordering {
+    b.cmp(&a).then_with(names)
+}
+
 fn sort_rows(rows: &mut [GroupRow], sort: SortBy) {
     rows.sort_by(|a, b| {
-        row_key(b, sort)
-            .cmp(&row_key(a, sort))
-            .then(b.processes.cmp(&a.processes))
-            .then(a.binary.cmp(&b.binary))
+        row_order(
+            (row_key(a, sort), a.processes),
+            (row_key(b, sort), b.processes),
+            || a.binary.cmp(&b.binary),
+        )
     });
 }
 
@@ -541,9 +549,7 @@ fn rows_kept(
                 })
                 .collect();
             let first = |a: &(u64, u64, Shared), b: &(u64, u64, Shared)| {
-                b.0.cmp(&a.0)
-                    .then(b.1.cmp(&a.1))
-                    .then_with(|| escape(&a.2).cmp(&escape(&b.2)))
+                row_order((a.0, a.1), (b.0, b.1), || escape(&a.2).cmp(&escape(&b.2)))
             };
             if n > 0 {
                 order.select_nth_unstable_by(n - 1, first);

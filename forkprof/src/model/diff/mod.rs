@@ -114,10 +114,9 @@ pub fn groupings(by: GroupBy) -> Vec<GroupBy> {
 /// Memory grows with the groups (and at most `BOOTSTRAP_MAX` values each), not with the
 /// processes, so a recording of any size is compared as it is read.
 pub struct SideBuilder {
-    /// Group key -> spawn_cost of each of its processes.
-    groups: HashMap<Shared, Sample>,
-    /// Group key -> its processes and phase totals.
-    tallies: HashMap<Shared, GroupTally>,
+    /// Group key -> its processes and phase totals, and the spawn_cost of each of its
+    /// processes.
+    groups: HashMap<Shared, (GroupTally, Sample)>,
     /// Per phase (indexed by `Phase as usize`): its value in each process.
     phases: Vec<Sample>,
     /// Spawn cost by the raw last component of the binary, and of the parent's.
@@ -129,7 +128,6 @@ impl Default for SideBuilder {
     fn default() -> Self {
         Self {
             groups: HashMap::new(),
-            tallies: HashMap::new(),
             phases: vec![Sample::default(); PHASES.len()],
             binary_costs: HashMap::new(),
             parent_costs: HashMap::new(),
@@ -159,15 +157,15 @@ impl SideBuilder {
         let Some(group) = &added.group else {
             return;
         };
-        let tally = match self.tallies.get_mut(group) {
-            Some(t) => t,
-            None => self
-                .tallies
-                .entry(group.clone())
-                .or_insert_with(|| GroupTally {
+        let (tally, sample) = match self.groups.get_mut(group) {
+            Some(g) => g,
+            None => self.groups.entry(group.clone()).or_insert_with(|| {
+                let tally = GroupTally {
                     processes: 0,
                     phases: vec![None; PHASES.len()],
-                }),
+                };
+                (tally, Sample::default())
+            }),
         };
         tally.processes += 1;
         for phase in PHASES {
@@ -188,24 +186,21 @@ impl SideBuilder {
             file_name(&added.binaries.at_spawn),
             cost,
         );
-        match self.groups.get_mut(group) {
-            Some(s) => s.add(cost),
-            None => self.groups.entry(group.clone()).or_default().add(cost),
-        }
+        sample.add(cost);
     }
 
     /// The side of the recording whose processes were added, with its report.
     pub fn finish(self, report: Report) -> Side {
-        let groups = self
-            .groups
-            .into_iter()
-            .map(|(k, v)| (escape(&k), v))
-            .collect();
-        let tallies = self
-            .tallies
-            .into_iter()
-            .map(|(k, t)| (escape(&k), t))
-            .collect();
+        let mut groups = HashMap::new();
+        let mut tallies = BTreeMap::new();
+        for (k, (tally, sample)) in self.groups {
+            let k = escape(&k);
+            // Sampled where one of its processes has a spawn cost.
+            if sample.n() > 0 {
+                groups.insert(k.clone(), sample);
+            }
+            tallies.insert(k, tally);
+        }
         let named = |costs: HashMap<Vec<u8>, u64>| {
             costs
                 .into_iter()
